@@ -1,0 +1,35 @@
+"""Trace-time argument checks shared by every op: clear errors that name the offending argument."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+_SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def float_operand(x, name: str):
+  """Converts `x` to an array of a floating dtype, or raises TypeError naming `name`.
+
+  Integers are promoted to JAX's default float; float16/bfloat16 to float32. Booleans, complex
+  numbers and non-numeric types are refused.
+  """
+  try:
+    dtype = np.dtype(jnp.result_type(x))
+  except TypeError as err:
+    raise TypeError(f"{name} must be a real floating-point array; got {type(x).__name__}") from err
+  if dtype == np.bool_:
+    raise TypeError(f"{name} must be a real floating-point array; got dtype bool")
+  if jnp.issubdtype(dtype, jnp.complexfloating):
+    raise TypeError(f"{name} must be real; got complex dtype {dtype}")
+  if jnp.issubdtype(dtype, jnp.integer):
+    return jnp.asarray(x, dtype=jnp.result_type(float))
+  if not jnp.issubdtype(dtype, jnp.floating):
+    raise TypeError(f"{name} must be a real floating-point array; got dtype {dtype}")
+  if dtype not in _SUPPORTED:
+    return jnp.asarray(x, dtype=jnp.float32)
+  return jnp.asarray(x)
+
+
+def common_float_dtype(*arrays):
+  return jnp.result_type(*arrays)

@@ -1,0 +1,1 @@
+"""CPU extension of jaxext (`_cpu_ops`)."""
