@@ -53,8 +53,9 @@ struct Constants<double> {
   static constexpr double kInvTwoPi = 0x1.45f306dc9c883p-3;
   static constexpr double kTwoOverPi = 0x1.45f306dc9c883p-1;
   static constexpr double kPi = 0x1.921fb54442d18p+1;
-  // Adding and subtracting 1.5 * 2^52 rounds a double of magnitude < 2^51 to the nearest integer.
-  static constexpr double kRoundMagic = 0x1.8p52;
+  // Adding and subtracting 2^52 rounds a double in [0, 2^52) to the nearest integer (ties to even);
+  // from 2^52 on every double is an integer.
+  static constexpr double kRoundMagic = 0x1p52;
 };
 
 template <>
@@ -68,11 +69,11 @@ struct Constants<float> {
   static constexpr float kInvTwoPi = 0x1.45f306p-3f;
   static constexpr float kTwoOverPi = 0x1.45f306p-1f;
   static constexpr float kPi = 0x1.921fb6p+1f;
-  static constexpr float kRoundMagic = 0x1.8p23f;
+  static constexpr float kRoundMagic = 0x1p23f;
 };
 
-// Round to nearest integer (ties to even), valid for |x| < 2^51 (double) / 2^22 (float); larger
-// values are already integers and pass through unchanged. Branch-free and vectorisable on any x86.
+// Round to nearest integer (ties to even) for any x; values from 2^52 (double) / 2^23 (float) on are
+// integers already and pass through. Branch-free and vectorisable on any x86 (no SSE4.1 needed).
 template <typename T>
 JAXEXT_HD T round_nearest(T x) {
   const T magic = Constants<T>::kRoundMagic;
