@@ -83,3 +83,52 @@ def jaxext_py_test(name, srcs, deps = [], args = [], data = [], env = {}, **kwar
         python_version = "PY3",
         **kwargs
     )
+
+def _jaxext_wheel_impl(ctx):
+    out = ctx.actions.declare_directory(ctx.label.name)
+    files = []
+    for dep in ctx.attr.deps:
+        for f in dep[DefaultInfo].default_runfiles.files.to_list():
+            path = f.short_path
+            if path.startswith(ctx.attr.package_dir + "/") and (path.endswith(".py") or path.endswith(".so")):
+                files.append(f)
+    files = sorted({f.short_path: f for f in files}.values(), key = lambda f: f.short_path)
+    args = ctx.actions.args()
+    args.add(ctx.file._tool)
+    args.add("--out_dir", out.path)
+    args.add("--version_file", ctx.file.version_file)
+    args.add("--python_info", ctx.file._python_info)
+    args.add("--jaxlib_floor", ctx.attr.jaxlib_floor)
+    args.add("--license", ctx.file.license)
+    args.add("--readme", ctx.file.readme)
+    for f in files:
+        args.add("--file", "%s=%s" % (f.short_path, f.path))
+    ctx.actions.run(
+        executable = ctx.executable._python,
+        arguments = [args],
+        inputs = files + [ctx.file._tool, ctx.file.version_file, ctx.file._python_info, ctx.file.license, ctx.file.readme],
+        outputs = [out],
+        mnemonic = "JaxextWheel",
+        progress_message = "Building wheel %{label}",
+    )
+    return [DefaultInfo(files = depset([out]))]
+
+jaxext_wheel = rule(
+    implementation = _jaxext_wheel_impl,
+    doc = """A platform wheel of the Python package `package_dir` and its extension modules.
+
+    Produces a directory `<name>/` holding `jaxext-<version>-<py>-<abi>-<platform>.whl`; the tags
+    are read off the built extensions by tools/build_wheel.py (a directory because the platform
+    tag is only known once the extensions are linked).""",
+    attrs = {
+        "deps": attr.label_list(doc = "py_library targets whose files go into the wheel"),
+        "package_dir": attr.string(default = "jaxext"),
+        "version_file": attr.label(allow_single_file = True, mandatory = True),
+        "jaxlib_floor": attr.string(mandatory = True),
+        "license": attr.label(allow_single_file = True, mandatory = True),
+        "readme": attr.label(allow_single_file = True, mandatory = True),
+        "_tool": attr.label(default = "//tools:build_wheel.py", allow_single_file = True),
+        "_python_info": attr.label(default = "@jaxext_python//:python_info.json", allow_single_file = True),
+        "_python": attr.label(default = "@jaxext_python//:python3", executable = True, cfg = "exec"),
+    },
+)

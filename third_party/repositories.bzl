@@ -1,0 +1,15 @@
+"""WORKSPACE-mode entry point: the same repositories the bzlmod module extensions create.
+
+    load("@jaxext//third_party:repositories.bzl", "jaxext_dependencies")
+    jaxext_dependencies()
+    register_toolchains("@jaxext_python//:toolchain")
+
+Rule sets (rules_cc, rules_python, platforms, bazel_skylib) come from Bazel's own WORKSPACE suffix
+or the consumer's WORKSPACE; offline, tools/bazel points them at Debian's copies.
+"""
+
+load("//third_party/python:python_repository.bzl", "python_repository")
+
+def jaxext_dependencies():
+    if not native.existing_rule("jaxext_python"):
+        python_repository(name = "jaxext_python")

@@ -1,0 +1,172 @@
+"""Builds jaxext's platform wheel (run by the `jaxext_wheel` rule in jaxext/jaxext.bzl).
+
+The wheel's tags are read off what was built, not assumed:
+* python/abi tag: the CPython the extensions were compiled for (python_info.json of @jaxext_python);
+* platform tag: manylinux_2_NN_<arch>, NN the newest GLIBC_2.NN symbol version any extension
+  module requires (read from the ELF .gnu.version_r section of each .so).
+Output is byte-for-byte reproducible: sorted entries, fixed timestamps and permissions.
+"""
+
+import argparse
+import base64
+import hashlib
+import io
+import json
+import os
+import re
+import struct
+import zipfile
+
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+_SHT_GNU_VERNEED = 0x6FFFFFFE
+
+
+def elf_glibc_requirements(data: bytes) -> tuple[str, set[str]]:
+  """Returns (machine, {'GLIBC_2.NN', ...}) for a 64-bit little-endian ELF shared object."""
+  if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+    raise ValueError("not a 64-bit little-endian ELF file")
+  machine = {0x3E: "x86_64", 0xB7: "aarch64"}.get(struct.unpack_from("<H", data, 18)[0])
+  if machine is None:
+    raise ValueError("unsupported ELF machine")
+  shoff, = struct.unpack_from("<Q", data, 0x28)
+  shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+  sections = []
+  for i in range(shnum):
+    (_name, sh_type, _flags, _addr, offset, size, link, _info, _align,
+     _entsize) = struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+    sections.append((sh_type, offset, size, link))
+  versions = set()
+  for sh_type, offset, size, link in sections:
+    if sh_type != _SHT_GNU_VERNEED:
+      continue
+    strtab = sections[link][1]
+    pos = offset
+    while True:
+      _ver, cnt, _file, aux, nxt = struct.unpack_from("<HHIII", data, pos)
+      apos = pos + aux
+      for _ in range(cnt):
+        _hash, _flags, _other, name, anext = struct.unpack_from("<IHHII", data, apos)
+        end = data.index(b"\0", strtab + name)
+        versions.add(data[strtab + name:end].decode())
+        apos += anext
+      if nxt == 0:
+        break
+      pos += nxt
+  return machine, versions
+
+
+def platform_tag(extensions: dict[str, bytes]) -> str:
+  machines, newest = set(), (2, 17)  # manylinux2014 is the floor anyone still ships
+  for name, data in extensions.items():
+    machine, versions = elf_glibc_requirements(data)
+    machines.add(machine)
+    for v in versions:
+      m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", v)
+      if m:
+        newest = max(newest, (int(m.group(1)), int(m.group(2))))
+  if len(machines) != 1:
+    raise ValueError(f"extension modules for several machines: {machines}")
+  return f"manylinux_{newest[0]}_{newest[1]}_{machines.pop()}"
+
+
+def read_version(path: str) -> str:
+  with open(path) as f:
+    m = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M)
+  if not m:
+    raise ValueError(f"no __version__ in {path}")
+  return m.group(1)
+
+
+def record_hash(data: bytes) -> str:
+  digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+  return f"sha256={digest}"
+
+
+def main():
+  p = argparse.ArgumentParser()
+  p.add_argument("--out_dir", required=True)
+  p.add_argument("--version_file", required=True)
+  p.add_argument("--python_info", required=True)
+  p.add_argument("--jaxlib_floor", required=True)
+  p.add_argument("--license", required=True)
+  p.add_argument("--readme", required=True)
+  p.add_argument("--file", action="append", default=[], help="DEST=SRC")
+  args = p.parse_args()
+
+  version = read_version(args.version_file)
+  with open(args.python_info) as f:
+    info = json.load(f)
+  py_tag = info["python_tag"]
+  major, minor = info["python_version"].split(".")[:2]
+
+  files = {}
+  for spec in args.file:
+    dest, src = spec.split("=", 1)
+    with open(src, "rb") as f:
+      files[dest] = f.read()
+  # Packages need their __init__.py even where Bazel's layout has none.
+  for dest in list(files):
+    parts = dest.split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+      init = "/".join(parts[:i]) + "/__init__.py"
+      files.setdefault(init, b"")
+  extensions = {d: b for d, b in files.items() if d.endswith(".so")}
+  if not extensions:
+    raise ValueError("no extension modules in the wheel")
+  plat = platform_tag(extensions)
+  tag = f"{py_tag}-{py_tag}-{plat}"
+  dist_info = f"jaxext-{version}.dist-info"
+
+  with open(args.readme, "rb") as f:
+    readme = f.read().decode()
+  with open(args.license, "rb") as f:
+    files[f"{dist_info}/licenses/LICENSE"] = f.read()
+  metadata = "\n".join([
+      "Metadata-Version: 2.4",
+      "Name: jaxext",
+      f"Version: {version}",
+      "Summary: Custom JAX operations in C++ and CUDA, exposed through XLA's FFI",
+      "License-Expression: MIT",
+      "License-File: LICENSE",
+      f"Requires-Python: >={major}.{minor},<{major}.{int(minor) + 1}",
+      # Built against the FFI headers of jaxlib==jaxlib_floor; XLA accepts handlers built against
+      # an FFI API no newer than its own, so any jaxlib from the floor on loads them.
+      f"Requires-Dist: jax>={args.jaxlib_floor}",
+      f"Requires-Dist: jaxlib>={args.jaxlib_floor}",
+      "Requires-Dist: numpy>=1.26",
+      "Description-Content-Type: text/markdown",
+      "",
+      readme,
+  ])
+  files[f"{dist_info}/METADATA"] = metadata.encode()
+  files[f"{dist_info}/WHEEL"] = "\n".join([
+      "Wheel-Version: 1.0",
+      "Generator: jaxext tools/build_wheel.py",
+      "Root-Is-Purelib: false",
+      f"Tag: {tag}",
+      "",
+  ]).encode()
+  files[f"{dist_info}/top_level.txt"] = b"jaxext\n"
+  record_name = f"{dist_info}/RECORD"
+  record = io.StringIO()
+  for dest in sorted(files):
+    record.write(f"{dest},{record_hash(files[dest])},{len(files[dest])}\n")
+  record.write(f"{record_name},,\n")
+  files[record_name] = record.getvalue().encode()
+
+  wheel_name = f"jaxext-{version}-{tag}.whl"
+  os.makedirs(args.out_dir, exist_ok=True)
+  with zipfile.ZipFile(os.path.join(args.out_dir, wheel_name), "w", zipfile.ZIP_DEFLATED) as z:
+    # dist-info last, RECORD at the very end, as installers expect.
+    order = sorted(files, key=lambda d: (d.startswith(dist_info), d == record_name, d))
+    for dest in order:
+      zi = zipfile.ZipInfo(dest, date_time=_EPOCH)
+      mode = 0o755 if dest.endswith(".so") else 0o644
+      zi.external_attr = (0o100000 | mode) << 16
+      zi.compress_type = zipfile.ZIP_DEFLATED
+      z.writestr(zi, files[dest], compresslevel=9)
+  print(wheel_name)
+
+
+if __name__ == "__main__":
+  main()
