@@ -38,6 +38,10 @@ def test_wheel_name_tags_are_true():
   version, py, abi, glibc_major, glibc_minor = m.groups()
   import jaxext.version
   assert version == jaxext.version.__version__
+  # MODULE.bazel repeats the version for Bazel consumers; it must not drift.
+  with open(os.environ["JAXEXT_MODULE_BAZEL"]) as f:
+    module_version = re.search(r'^\s*version = "([^"]+)"', f.read(), re.M).group(1)
+  assert module_version == version, (module_version, version)
   assert py == abi == "cp%d%d" % sys.version_info[:2]
   # The platform tag must be the newest GLIBC symbol version the extensions need, as objdump
   # (an independent ELF reader) sees it.
