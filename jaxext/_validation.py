@@ -29,7 +29,3 @@ def float_operand(x, name: str):
   if dtype not in _SUPPORTED:
     return jnp.asarray(x, dtype=jnp.float32)
   return jnp.asarray(x)
-
-
-def common_float_dtype(*arrays):
-  return jnp.result_type(*arrays)

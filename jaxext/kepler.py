@@ -15,6 +15,8 @@ Out of the domain (e < 0, e >= 1, NaN or infinite inputs) the outputs are NaN.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -81,15 +83,18 @@ def _target_name(dtype) -> str:
   return "jaxext_kepler_" + {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}[np.dtype(dtype)]
 
 
-def _lowering(ctx, m, e):
-  _ffi.register_all()
+def _lowering(ctx, m, e, *, platform):
+  if platform not in _ffi.register_all():
+    raise NotImplementedError(
+        f"jaxext.kepler has no {platform} kernel in this build of jaxext "
+        f"(available: {', '.join(_ffi.register_all())})")
   (aval_m, _) = ctx.avals_in
   return jax.ffi.ffi_lowering(_target_name(aval_m.dtype))(ctx, m, e)
 
 
 # One rule per platform family; the same target name is registered for each platform.
-mlir.register_lowering(kepler_p, _lowering, platform="cpu")
-mlir.register_lowering(kepler_p, _lowering, platform="cuda")
+mlir.register_lowering(kepler_p, functools.partial(_lowering, platform="cpu"), platform="cpu")
+mlir.register_lowering(kepler_p, functools.partial(_lowering, platform="CUDA"), platform="cuda")
 
 
 def _jvp(primals, tangents):
