@@ -2,6 +2,7 @@
 
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
 load("@rules_python//python:defs.bzl", "py_library", "py_test")
+load("//third_party:pins.bzl", _CUDA_CAPABILITIES = "CUDA_CAPABILITIES")
 
 # Compiler options for kernel code: IEEE arithmetic is kept (NaN handling depends on it), but errno
 # and trapping semantics are dropped so that element loops can be if-converted and vectorised.
@@ -35,6 +36,7 @@ def pybind_extension(name, srcs, deps = [], copts = [], linkopts = [], visibilit
     the module's `registrations()` returns, never by symbol name. Handler libraries in `deps` should
     be `alwayslink` so that nothing they define is dropped by the linker.
     """
+    compat = kwargs.pop("target_compatible_with", None)
     version_script = name + "_version_script"
     native.genrule(
         name = version_script,
@@ -58,12 +60,14 @@ def pybind_extension(name, srcs, deps = [], copts = [], linkopts = [], visibilit
             "@jaxext_python//:python_headers",
         ],
         visibility = visibility,
+        target_compatible_with = compat,
         **kwargs
     )
     py_library(
         name = name,
         data = [":" + name + ".so"],
         visibility = visibility,
+        target_compatible_with = compat,
     )
 
 def jaxext_py_test(name, srcs, deps = [], args = [], data = [], env = {}, **kwargs):
@@ -132,3 +136,96 @@ jaxext_wheel = rule(
         "_python": attr.label(default = "@jaxext_python//:python3", executable = True, cfg = "exec"),
     },
 )
+
+# ------------------------------------------------------------------------------------------------
+# CUDA
+# ------------------------------------------------------------------------------------------------
+
+def if_cuda(if_true, if_false = []):
+    """select() on --config=cuda (which sets --define=jaxext_cuda=true)."""
+    return select({
+        "//jaxext:cuda_enabled": if_true,
+        "//conditions:default": if_false,
+    })
+
+CUDA_ONLY = if_cuda([], ["@platforms//:incompatible"])
+
+def _cuda_objects_impl(ctx):
+    cc_deps = [d[CcInfo] for d in ctx.attr.deps if CcInfo in d]
+    comp = cc_common.merge_cc_infos(cc_infos = cc_deps).compilation_context
+    toolkit = ctx.files._toolkit
+    nvcc = ctx.file._nvcc
+    host = ctx.file._host_compiler
+    gencode = []
+    for cap in ctx.attr.capabilities:
+        num = cap.removeprefix("sm_")
+        gencode.append("-gencode=arch=compute_%s,code=[sm_%s,compute_%s]" % (num, num, num))
+    outs = []
+    for src in ctx.files.srcs:
+        obj = ctx.actions.declare_file("_objs/%s/%s.pic.o" % (ctx.label.name, src.basename.removesuffix(".cu")))
+        args = ctx.actions.args()
+        args.add(nvcc)
+        args.add(host)
+        args.add_all(["-c", src, "-o", obj])
+        args.add_all(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC,-fvisibility=hidden"])
+        args.add_all(gencode)
+        args.add_all(ctx.attr.copts)
+        args.add_all(comp.defines, format_each = "-D%s")
+        args.add_all(comp.quote_includes, format_each = "-I%s")
+        args.add_all(comp.includes, format_each = "-I%s")
+        args.add_all(comp.system_includes, format_each = "-isystem=%s")
+        ctx.actions.run_shell(
+            command = 'nvcc="$1"; host="$(cat "$2")"; shift 2; exec "$nvcc" -ccbin "$host" "$@"',
+            arguments = [args],
+            inputs = depset([src, host] + toolkit + ctx.files.hdrs, transitive = [comp.headers]),
+            outputs = [obj],
+            mnemonic = "NvccCompile",
+            progress_message = "Compiling CUDA %{input}",
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin"},
+        )
+        outs.append(obj)
+    return [DefaultInfo(files = depset(outs))]
+
+_cuda_objects = rule(
+    implementation = _cuda_objects_impl,
+    attrs = {
+        "srcs": attr.label_list(allow_files = [".cu"]),
+        "hdrs": attr.label_list(allow_files = True),
+        "deps": attr.label_list(providers = [CcInfo]),
+        "copts": attr.string_list(),
+        "capabilities": attr.string_list(),
+        "_toolkit": attr.label(default = "@jaxext_cuda//:toolkit"),
+        "_nvcc": attr.label(default = "@jaxext_cuda//:nvcc", allow_single_file = True),
+        "_host_compiler": attr.label(default = "@jaxext_cuda//:host_compiler.txt", allow_single_file = True),
+    },
+)
+
+def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], capabilities = None, **kwargs):
+    """A cc_library of CUDA code: `.cu` sources compiled by the hermetic nvcc (@jaxext_cuda).
+
+    Device code is compiled for `capabilities` (default: CUDA_CAPABILITIES of the pins, sm_90)
+    as machine code plus PTX of the same virtual architecture, which newer GPUs JIT-compile. The
+    static CUDA runtime is linked in. Only buildable with --config=cuda (tagged "gpu").
+    """
+    objs = name + "_nvcc"
+    _cuda_objects(
+        name = objs,
+        srcs = srcs,
+        hdrs = hdrs,
+        deps = deps + ["@jaxext_cuda//:cuda_headers"],
+        copts = copts,
+        capabilities = capabilities or _CUDA_CAPABILITIES,
+        target_compatible_with = CUDA_ONLY,
+        tags = ["gpu"],
+        visibility = ["//visibility:private"],
+    )
+    cc_library(
+        name = name,
+        srcs = [":" + objs],
+        hdrs = hdrs,
+        deps = deps + ["@jaxext_cuda//:cudart"],
+        alwayslink = True,
+        target_compatible_with = CUDA_ONLY,
+        tags = kwargs.pop("tags", []) + ["gpu"],
+        **kwargs
+    )

@@ -7,6 +7,8 @@ Three kinds of pins live here:
 * PYTHON: the interpreter whose headers extensions are built against and which runs the tests.
 * PYTHON_PACKAGES: wheels fetched by pip with `--require-hashes` (build-time headers: pybind11 and
   the XLA FFI headers shipped in jaxlib; test-time packages: everything else).
+* CUDA_*: NVIDIA's CUDA 13.0 toolkit wheels (nvcc, crt, nvvm, cudart, cccl), fetched the same way,
+  and only when a CUDA build is asked for (`--config=cuda`).
 
 The jaxlib pin doubles as the FFI API floor: extensions built against its headers (FFI API 0.3)
 load in this jaxlib and every newer one, so the wheel's Requires-Dist says `jaxlib>=JAXLIB_FLOOR`.
@@ -18,6 +20,7 @@ DEBIAN_PACKAGES = {
     "bazel-bootstrap": "7.7.1+ds-8+b1",
     "ca-certificates": "20260816+nmu1",
     "g++": "4:16.1.0-3",
+    "g++-15": "15.3.0-4",  # nvcc 13.0's newest supported host compiler (CUDA builds only)
     "python3.14": "3.14.8-1",
     "python3.14-dev": "3.14.8-1",
     "python3.14-venv": "3.14.8-1",
@@ -48,3 +51,24 @@ PYTHON_PACKAGES = {
     "pytest": ("9.2.0", "07acdcf88ec174f907dc01af70bf52d49b014bbab03faeeade31c96b18c2e588"),
     "scipy": ("1.18.1", "ac0333bdf38309aa3dcbe7e3fa7ea29e7a2c37c6ea306a757b700ded8e4596ad"),
 }
+
+# NVIDIA's CUDA toolkit as PyPI wheels: name -> (version, sha256 of the manylinux x86_64 wheel).
+# They install into one tree (nvidia/cu13/{bin,include,lib,nvvm}) laid out as nvcc expects.
+CUDA_VERSION = "13.0"
+
+CUDA_PACKAGES = {
+    "nvidia-cuda-cccl": ("13.0.85", "e0da7ad981f3a8aff08241b5bfc1af868742a63e2762f53a5171c492ef242649"),
+    # cuobjdump only inspects what was built (tests/cuda_fatbin_test.sh); none is published for
+    # 13.0, and a newer one reads 13.0 binaries.
+    "nvidia-cuda-cuobjdump": ("13.2.51", "95c69d3ddf0c2c1f535ec44c3433a66aeee19f588d9d22f73356e20b25f12b50"),
+    "nvidia-cuda-crt": ("13.0.88", "2c8043c7c9e02492716426e9919fc78d2c5b3b2a7a768a88e952676b08aa55a4"),
+    "nvidia-cuda-nvcc": ("13.0.88", "56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03"),
+    "nvidia-cuda-runtime": ("13.0.96", "7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548"),
+    "nvidia-nvvm": ("13.0.88", "c5f41ffeb6466944a026dfa5317d7d85355c119bbec279205d22f1869d1054e0"),
+}
+
+# Host compiler nvcc runs (it rejects GCC newer than 15); sm_90 machine code plus compute_90 PTX,
+# which newer GPUs JIT-compile.
+CUDA_HOST_COMPILER = "g++-15"
+
+CUDA_CAPABILITIES = ["sm_90"]

@@ -8,8 +8,11 @@ Rule sets (rules_cc, rules_python, platforms, bazel_skylib) come from Bazel's ow
 or the consumer's WORKSPACE; offline, tools/bazel points them at Debian's copies.
 """
 
+load("//third_party/cuda:cuda_repository.bzl", "cuda_repository")
 load("//third_party/python:python_repository.bzl", "python_repository")
 
 def jaxext_dependencies():
     if not native.existing_rule("jaxext_python"):
         python_repository(name = "jaxext_python")
+    if not native.existing_rule("jaxext_cuda"):
+        cuda_repository(name = "jaxext_cuda")  # fetched only by --config=cuda builds

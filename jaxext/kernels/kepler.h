@@ -30,8 +30,10 @@
 
 #if defined(__CUDACC__)
 #define JAXEXT_HD __host__ __device__ __forceinline__
+#define JAXEXT_UNROLL _Pragma("unroll")
 #else
 #define JAXEXT_HD inline __attribute__((always_inline))
+#define JAXEXT_UNROLL _Pragma("GCC unroll 4")
 #endif
 
 namespace jaxext {
@@ -190,7 +192,7 @@ JAXEXT_HD double cbrt_positive(double x) {
   // First guess for cbrt(y), y in [1, 8): a quadratic through y = 1, 27/8, 8 (error < 3%), then
   // two Newton steps (quadratic convergence: 3e-2 -> 1e-3 -> 2e-6).
   double g = 0.7401 + y * (0.2745 - 0.01463 * y);
-#pragma GCC unroll 2
+  JAXEXT_UNROLL
   for (int i = 0; i < 2; ++i) g = (2.0 * g + y / (g * g)) * (1.0 / 3.0);
   // 2^q through the same trick in reverse.
   double t = (qf + 1023.0) + 0x1p52;

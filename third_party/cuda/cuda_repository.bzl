@@ -1,0 +1,102 @@
+"""Hermetic CUDA toolkit for jaxext: NVIDIA's pinned PyPI wheels, or a local install on request.
+
+`cuda_repository` (conventionally `@jaxext_cuda`) provides
+
+* `:toolkit`      every file nvcc needs at compile time (nvcc, cicc, ptxas, fatbinary, headers);
+* `:nvcc`         the compiler driver;
+* `:cuda_headers` CUDA runtime and CCCL headers, for C++ code that includes cuda_runtime_api.h;
+* `:cudart`       the static CUDA runtime (no libcudart.so needed next to the extension).
+
+By default the wheels of `CUDA_PACKAGES` (//third_party:pins.bzl) are installed with pip
+`--require-hashes` into the repository. `LOCAL_CUDA_PATH=/usr/local/cuda-13.0` (as XLA's
+hermetic CUDA does) uses an installed toolkit instead. The repository is only fetched when a
+target that needs it is built, i.e. with `--config=cuda`.
+"""
+
+load("//third_party:pins.bzl", "CUDA_HOST_COMPILER", "CUDA_PACKAGES", "PYTHON")
+
+_BUILD = """\
+package(default_visibility = ["//visibility:public"])
+
+filegroup(
+    name = "toolkit",
+    srcs = glob(["cuda/**"]),
+)
+
+filegroup(
+    name = "nvcc",
+    srcs = ["cuda/bin/nvcc"],
+)
+
+filegroup(
+    name = "cuobjdump",
+    srcs = ["cuda/bin/cuobjdump"],
+)
+
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob(["cuda/include/**/*.h", "cuda/include/**/*.hpp", "cuda/include/cccl/**"]),
+    includes = ["cuda/include", "cuda/include/cccl"],
+)
+
+cc_library(
+    name = "cudart",
+    srcs = ["cuda/lib/libcudart_static.a"],
+    linkopts = ["-ldl", "-lpthread", "-lrt"],
+    deps = [":cuda_headers"],
+)
+
+exports_files(["host_compiler.txt"])
+"""
+
+def _cuda_repository_impl(rctx):
+    local = rctx.os.environ.get("LOCAL_CUDA_PATH", "")
+    if local:
+        rctx.report_progress("using the local CUDA toolkit at " + local)
+        rctx.symlink(local, "cuda")
+    else:
+        info = json.decode(rctx.read(rctx.path(Label("@jaxext_python//:python_info.json"))))
+        python = info["interpreter"]
+        lines = ["%s==%s --hash=sha256:%s" % (n, v, h) for n, (v, h) in sorted(CUDA_PACKAGES.items())]
+        rctx.file("requirements.txt", "\n".join(lines) + "\n")
+        rctx.report_progress("installing %d pinned CUDA wheels" % len(CUDA_PACKAGES))
+        res = rctx.execute(
+            [python, "-m", "pip", "install", "--isolated", "--no-input", "--disable-pip-version-check",
+             "--require-hashes", "--no-deps", "--only-binary=:all:", "--quiet",
+             "--index-url", rctx.os.environ.get("JAXEXT_PIP_INDEX_URL", PYTHON["index_url"]),
+             "--target", str(rctx.path("wheels")), "-r", str(rctx.path("requirements.txt"))],
+            timeout = 1800,
+            quiet = False,
+        )
+        if res.return_code != 0:
+            fail("installing the pinned CUDA wheels failed:\n" + res.stdout + res.stderr)
+        rctx.symlink("wheels/nvidia/cu13", "cuda")
+    host = rctx.os.environ.get("JAXEXT_CUDA_HOST_COMPILER", CUDA_HOST_COMPILER)
+    host_path = rctx.which(host) if not host.startswith("/") else rctx.path(host)
+    if not host_path:
+        fail("nvcc's host compiler %s is not on PATH (tools/bazel's toolchain root has it; or set " +
+             "--repo_env=JAXEXT_CUDA_HOST_COMPILER=/path/to/g++-N with N <= 15)" % host)
+    rctx.file("host_compiler.txt", str(host_path) + "\n")
+    libdir = None
+    for d in ["lib", "lib64"]:
+        if rctx.path("cuda/%s/libcudart_static.a" % d).exists:
+            libdir = d
+            break
+    if not libdir:
+        fail("no libcudart_static.a under %s/lib or lib64" % rctx.path("cuda").realpath)
+    rctx.file("BUILD.bazel", _BUILD.replace("cuda/lib/libcudart_static.a", "cuda/%s/libcudart_static.a" % libdir))
+    rctx.file("WORKSPACE", "")
+
+cuda_repository = repository_rule(
+    implementation = _cuda_repository_impl,
+    attrs = {"_pins": attr.label(default = "//third_party:pins.bzl")},
+    environ = ["LOCAL_CUDA_PATH", "JAXEXT_CUDA_HOST_COMPILER", "JAXEXT_PIP_INDEX_URL"],
+)
+
+def _cuda_deps_impl(_mctx):
+    cuda_repository(name = "jaxext_cuda")
+
+cuda_deps = module_extension(
+    implementation = _cuda_deps_impl,
+    doc = "Creates @jaxext_cuda (see cuda_repository); fetched only by CUDA builds.",
+)
