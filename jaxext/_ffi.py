@@ -3,11 +3,18 @@
 Each platform's extension module exposes `registrations()`, a dict of target name -> FFI handler
 capsule. Importing this module registers every target of every platform whose extension is present
 (CPU always; CUDA when the CUDA extension was built and its runtime loads).
+
+Alternatively, `JAXEXT_HANDLER_LIBRARIES="cpu=/path/libjaxext_cpu_handlers.so,CUDA=/path/..."`
+registers the handlers from plain shared libraries (`ffi_handler_library` targets) through ctypes
+instead: no Python ABI inside them, so they load in any CPython (used by tools/gpu_checks.py on
+machines whose Python differs from the build's).
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import os
 import threading
 
 import jax
@@ -31,10 +38,36 @@ def _load(platform: str):
     return None
 
 
+# FFI target name -> exported C symbol, `{}` standing for the platform (Cpu or Cuda).
+_SYMBOLS = {
+    "jaxext_kepler_f32": "JaxextKepler{}F32",
+    "jaxext_kepler_f64": "JaxextKepler{}F64",
+}
+
+
+def _register_library(platform: str, path: str) -> list[str]:
+  lib = ctypes.CDLL(os.path.abspath(path))
+  names = []
+  for name, symbol in _SYMBOLS.items():
+    fn = getattr(lib, symbol.format("Cpu" if platform == "cpu" else "Cuda"))
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(fn), platform=platform, api_version=1)
+    names.append(name)
+  return names
+
+
 def register_all() -> dict[str, tuple[str, ...]]:
   """Registers every available FFI target once; returns {platform: target names}."""
   with _lock:
     if _registered:
+      return _registered
+    libraries = os.environ.get("JAXEXT_HANDLER_LIBRARIES", "")
+    if libraries:
+      for spec in libraries.split(","):
+        platform, _, path = spec.partition("=")
+        if platform not in _EXTENSIONS or not path:
+          raise ValueError(f"JAXEXT_HANDLER_LIBRARIES: expected platform=path with platform in "
+                           f"{sorted(_EXTENSIONS)}; got {spec!r}")
+        _registered[platform] = tuple(sorted(_register_library(platform, path)))
       return _registered
     for platform in _EXTENSIONS:
       module = _load(platform)

@@ -229,3 +229,30 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], capabilities = No
         tags = kwargs.pop("tags", []) + ["gpu"],
         **kwargs
     )
+
+def ffi_handler_library(name, deps, visibility = None, **kwargs):
+    """`<name>.so`: a plain shared library exporting the C symbols of the FFI handlers in `deps`.
+
+    No Python inside, so it loads in any Python and any jaxlib from the FFI floor on; register its
+    handlers with `jaxext.register_handler_library` (ctypes). Only symbols named `Jaxext*` are
+    exported. This is how the GPU checks run on a machine whose Python differs from the build's.
+    """
+    compat = kwargs.pop("target_compatible_with", None)
+    native.genrule(
+        name = name + "_version_script",
+        outs = [name + ".lds"],
+        cmd = "printf '{\\n  global: Jaxext*;\\n  local: *;\\n};\\n' > $@",
+        visibility = ["//visibility:private"],
+        target_compatible_with = compat,
+    )
+    cc_binary(
+        name = name + ".so",
+        linkshared = True,
+        linkstatic = True,
+        additional_linker_inputs = [":" + name + ".lds"],
+        linkopts = ["-Wl,--version-script=$(location :%s.lds)" % name],
+        deps = deps,
+        visibility = visibility,
+        target_compatible_with = compat,
+        **kwargs
+    )

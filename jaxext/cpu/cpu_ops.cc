@@ -22,8 +22,8 @@ PYBIND11_MODULE(_cpu_ops, m) {
   m.doc() = "jaxext CPU kernels exposed as XLA FFI handlers";
   m.def("registrations", []() {
     py::dict d;
-    d["jaxext_kepler_f32"] = EncapsulateFfiHandler(jaxext::cpu::KeplerF32);
-    d["jaxext_kepler_f64"] = EncapsulateFfiHandler(jaxext::cpu::KeplerF64);
+    d["jaxext_kepler_f32"] = EncapsulateFfiHandler(jaxext::cpu::JaxextKeplerCpuF32);
+    d["jaxext_kepler_f64"] = EncapsulateFfiHandler(jaxext::cpu::JaxextKeplerCpuF64);
     return d;
   });
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

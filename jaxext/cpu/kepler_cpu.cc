@@ -63,7 +63,7 @@ ffi::Future KeplerImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> mean_anomaly,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KeplerF32, KeplerImpl<ffi::DataType::F32>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextKeplerCpuF32, KeplerImpl<ffi::DataType::F32>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::DataType::F32>>()
@@ -71,7 +71,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KeplerF32, KeplerImpl<ffi::DataType::F32>,
                                   .Ret<ffi::Buffer<ffi::DataType::F32>>()
                                   .Ret<ffi::Buffer<ffi::DataType::F32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KeplerF64, KeplerImpl<ffi::DataType::F64>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextKeplerCpuF64, KeplerImpl<ffi::DataType::F64>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::DataType::F64>>()

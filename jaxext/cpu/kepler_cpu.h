@@ -8,8 +8,8 @@ namespace jaxext {
 namespace cpu {
 
 // (mean_anomaly[T], eccentricity[T]) -> (sin_E[T], cos_E[T]), same shape, T = float32 / float64.
-XLA_FFI_DECLARE_HANDLER_SYMBOL(KeplerF32);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(KeplerF64);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextKeplerCpuF32);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextKeplerCpuF64);
 
 }  // namespace cpu
 }  // namespace jaxext

@@ -23,8 +23,8 @@ PYBIND11_MODULE(_cuda_ops, m) {
   m.doc() = "jaxext CUDA kernels exposed as XLA FFI handlers";
   m.def("registrations", []() {
     py::dict d;
-    d["jaxext_kepler_f32"] = EncapsulateFfiHandler(jaxext::cuda::KeplerF32);
-    d["jaxext_kepler_f64"] = EncapsulateFfiHandler(jaxext::cuda::KeplerF64);
+    d["jaxext_kepler_f32"] = EncapsulateFfiHandler(jaxext::cuda::JaxextKeplerCudaF32);
+    d["jaxext_kepler_f64"] = EncapsulateFfiHandler(jaxext::cuda::JaxextKeplerCudaF64);
     return d;
   });
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

@@ -60,10 +60,10 @@ ffi::Error KeplerImpl(cudaStream_t stream, ffi::Buffer<dtype> mean_anomaly,
       .Ret<ffi::Buffer<ffi::DataType::T>>()            \
       .Ret<ffi::Buffer<ffi::DataType::T>>()
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KeplerF32, KeplerImpl<ffi::DataType::F32>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextKeplerCudaF32, KeplerImpl<ffi::DataType::F32>,
                               JAXEXT_KEPLER_CUDA_BINDING(F32),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KeplerF64, KeplerImpl<ffi::DataType::F64>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextKeplerCudaF64, KeplerImpl<ffi::DataType::F64>,
                               JAXEXT_KEPLER_CUDA_BINDING(F64),
                               {ffi::Traits::kCmdBufferCompatible});
 

@@ -8,8 +8,8 @@ namespace jaxext {
 namespace cuda {
 
 // (mean_anomaly[T], eccentricity[T]) -> (sin_E[T], cos_E[T]) on XLA's stream; T = f32 / f64.
-XLA_FFI_DECLARE_HANDLER_SYMBOL(KeplerF32);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(KeplerF64);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextKeplerCudaF32);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextKeplerCudaF64);
 
 }  // namespace cuda
 }  // namespace jaxext

@@ -1,0 +1,46 @@
+"""The Python-independent handler library (ffi_handler_library) gives the same results as the
+pybind11 extension: it is what tools/gpu_checks.py relies on where the build's Python is absent."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+LIB = os.path.abspath(os.environ["JAXEXT_CPU_HANDLERS"])
+
+_SCRIPT = r"""
+import sys
+import jax
+jax.config.update("jax_enable_x64", True)
+import numpy as np
+import jaxext, jaxext._ffi as ffi
+assert ffi.register_all() == {"cpu": ("jaxext_kepler_f32", "jaxext_kepler_f64")}, ffi.register_all()
+assert "jaxext.cpu._cpu_ops" not in sys.modules
+m = np.linspace(-7, 7, 1001); e = np.linspace(0, 0.99, 1001)
+s, c = jax.jit(jaxext.kepler)(m, e)
+g = jax.grad(lambda a: jaxext.kepler(a, 0.3)[0])(1.0)
+np.save(sys.argv[1], np.stack([np.asarray(s), np.asarray(c), np.full(1001, float(g))]))
+"""
+
+
+def test_handler_library_matches_extension(tmp_path):
+  out = str(tmp_path / "r.npy")
+  env = dict(os.environ, JAXEXT_HANDLER_LIBRARIES=f"cpu={LIB}")
+  subprocess.run([sys.executable, "-c", _SCRIPT, out], check=True, env=env)
+  got = np.load(out)
+  import jax
+  jax.config.update("jax_enable_x64", True)
+  import jaxext
+  m = np.linspace(-7, 7, 1001)
+  e = np.linspace(0, 0.99, 1001)
+  s, c = jaxext.kepler(m, e)
+  np.testing.assert_array_equal(got[0], np.asarray(s))
+  np.testing.assert_array_equal(got[1], np.asarray(c))
+  assert got[2][0] == float(jax.grad(lambda a: jaxext.kepler(a, 0.3)[0])(1.0))
+
+
+def test_bad_spec_is_a_clear_error():
+  env = dict(os.environ, JAXEXT_HANDLER_LIBRARIES="tpu=/nonexistent")
+  r = subprocess.run([sys.executable, "-c", "import jaxext"], env=env, capture_output=True, text=True)
+  assert r.returncode != 0 and "JAXEXT_HANDLER_LIBRARIES" in r.stderr
