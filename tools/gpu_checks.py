@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""GPU checks and benchmark of jaxext on a machine without Bazel (run by a developer, not by CI).
+
+The GPU machine's Python need not match the build's: the handlers come from the two plain shared
+libraries built here (`ffi_handler_library`), registered through ctypes, with jaxext's pure-Python
+package from this checkout. Steps, from the repository root on the build machine:
+
+    tools/bazel build --config=cuda //jaxext/cpu:jaxext_cpu_handlers.so //jaxext/cuda:jaxext_cuda_handlers.so
+    mkdir -p .gpu && cp -f bazel-bin/jaxext/cpu/jaxext_cpu_handlers.so bazel-bin/jaxext/cuda/jaxext_cuda_handlers.so .gpu/
+
+and on the GPU machine (with `.gpu` carried along):
+
+    python3 tools/gpu_checks.py --libs .gpu [--n 100000000]
+
+It checks GPU results against the CPU op and an extended-precision residual in float32 and float64,
+under jit, vmap and grad, then benchmarks n elements: GB/s of jaxext.kepler against an element-wise
+kernel with the same traffic (two arrays in, two out) measured in the same run, and the ratio
+against the pure-JAX solver of benchmarks/kepler_bench.py on the GPU. Exits non-zero on a failure.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--libs", default=os.path.join(ROOT, ".gpu"))
+  p.add_argument("--n", type=int, default=100_000_000)
+  p.add_argument("--repeats", type=int, default=20)
+  args = p.parse_args()
+  os.environ["JAXEXT_HANDLER_LIBRARIES"] = ",".join([
+      "cpu=" + os.path.join(args.libs, "jaxext_cpu_handlers.so"),
+      "CUDA=" + os.path.join(args.libs, "jaxext_cuda_handlers.so"),
+  ])
+  sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  jax.config.update("jax_enable_x64", True)
+  import jaxext
+  from kepler_bench import kepler_pure_jax
+
+  gpu = jax.devices("gpu")[0]
+  cpu = jax.devices("cpu")[0]
+  report = {"device": gpu.device_kind, "jax": jax.__version__, "checks": {}, "bench": []}
+  failures = []
+
+  def check(name, ok, detail=""):
+    report["checks"][name] = bool(ok)
+    print(f"{'PASS' if ok else 'FAIL'} {name} {detail}")
+    if not ok:
+      failures.append(name)
+
+  rng = np.random.default_rng(0)
+  for dtype in (np.float32, np.float64):
+    n = 1_000_000
+    m = np.concatenate([rng.uniform(-10, 10, n // 2), rng.uniform(-1e6, 1e6, n // 2)]).astype(dtype)
+    e = np.concatenate([rng.uniform(0, 1, n // 2),
+                        1 - 10.0 ** rng.uniform(-7 if dtype == np.float32 else -16, 0, n // 2)])
+    e = np.minimum(e, np.nextafter(1, 0)).astype(dtype)
+    e = np.where(e >= 1, np.nextafter(dtype(1), dtype(0)), e).astype(dtype)
+    f = jax.jit(jaxext.kepler)
+    sg, cg = (np.asarray(x) for x in f(jax.device_put(m, gpu), jax.device_put(e, gpu)))
+    sc, cc = (np.asarray(x) for x in f(jax.device_put(m, cpu), jax.device_put(e, cpu)))
+    eps = float(np.finfo(dtype).eps)
+    floor = 2e-15 if dtype == np.float64 else 1e-6
+    name = np.dtype(dtype).name
+    # Residual per element (extended precision), against the documented bound.
+    ld = np.longdouble
+    twopi = ld("6.283185307179586476925286766559005768")
+    M = m.astype(ld)
+    r = M - twopi * np.rint(M / twopi)
+    E = np.arctan2(sg.astype(ld), cg.astype(ld))
+    res = E - e.astype(ld) * np.sin(E) - r
+    res = np.abs(res - twopi * np.rint(res / twopi)).astype(np.float64)
+    tol = floor + np.abs(m.astype(np.float64)) * eps
+    check(f"{name} GPU residual within bound", np.all(res <= tol), f"worst ratio {np.max(res / tol):.3g}")
+    slope = 1 - e.astype(np.float64) * cc.astype(np.float64)
+    agree = np.abs(sg.astype(np.float64) - sc) <= 2 * tol / np.maximum(slope, 1e-300) + 8 * eps
+    check(f"{name} GPU agrees with CPU", np.all(agree), f"max |diff| {np.max(np.abs(sg - sc)):.3g}")
+    nan_in = np.array([0.5, 0.5, np.nan, np.inf], dtype)
+    nan_e = np.array([-0.1, 1.0, 0.3, 0.3], dtype)
+    s_bad, _ = f(jax.device_put(nan_in, gpu), jax.device_put(nan_e, gpu))
+    check(f"{name} out-of-domain gives NaN on GPU", np.all(np.isnan(np.asarray(s_bad))))
+    mv = jax.device_put(m[:4096].reshape(64, 64), gpu)
+    ev = jax.device_put(e[:4096].reshape(64, 64), gpu)
+    sv, _ = jax.jit(jax.vmap(jaxext.kepler))(mv, ev)
+    check(f"{name} vmap on GPU", np.array_equal(np.asarray(sv), sg[:4096].reshape(64, 64)))
+    g = jax.jit(jax.vmap(jax.grad(lambda a, b: jaxext.kepler(a, b)[0])))
+    dg = np.asarray(g(jax.device_put(m[:1000], gpu), jax.device_put(e[:1000], gpu)))
+    expect = cc[:1000] / (1 - e[:1000] * cc[:1000])
+    check(f"{name} grad on GPU", np.allclose(dg, expect, rtol=1e3 * eps, atol=1e3 * eps))
+
+  # Benchmark: n elements, GB/s against a same-traffic element-wise kernel, ratio to pure JAX.
+  def best(fn, *xs):
+    jax.block_until_ready(fn(*xs))
+    t = np.inf
+    for _ in range(args.repeats):
+      t0 = time.perf_counter()
+      jax.block_until_ready(fn(*xs))
+      t = min(t, time.perf_counter() - t0)
+    return t
+
+  for dtype in (np.float32, np.float64):
+    n = args.n
+    key = jax.random.PRNGKey(1)
+    m = jax.device_put(jax.random.uniform(key, (n,), dtype, -10, 10), gpu)
+    e = jax.device_put(jax.random.uniform(jax.random.split(key)[0], (n,), dtype, 0, 0.999), gpu)
+    nbytes = 4 * n * np.dtype(dtype).itemsize
+    t_ours = best(jax.jit(jaxext.kepler), m, e)
+    t_copy = best(jax.jit(lambda a, b: (a + b, a - b)), m, e)
+    t_pure = best(jax.jit(kepler_pure_jax), m, e)
+    row = {"dtype": np.dtype(dtype).name, "n": n, "jaxext_GBps": nbytes / t_ours / 1e9,
+           "copy_GBps": nbytes / t_copy / 1e9, "fraction_of_copy": t_copy / t_ours,
+           "speedup_vs_pure_jax": t_pure / t_ours, "jaxext_ms": t_ours * 1e3,
+           "pure_jax_ms": t_pure * 1e3}
+    report["bench"].append(row)
+    print(json.dumps(row))
+  out = os.environ.get("OUT")
+  if out:
+    with open(os.path.join(out, "gpu_checks.json"), "w") as fh:
+      json.dump(report, fh, indent=2)
+  print(json.dumps(report, indent=2))
+  return 1 if failures else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
