@@ -1,7 +1,9 @@
 #include "jaxext/cpu/kepler_cpu.h"
 
 #include <cstdint>
+#include <utility>
 
+#include "jaxext/common/ffi_helpers.h"
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/kernels/kepler.h"
 #include "xla/ffi/api/ffi.h"
@@ -45,12 +47,11 @@ ffi::Future KeplerImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> mean_anomaly,
                        ffi::Buffer<dtype> eccentricity, ffi::ResultBuffer<dtype> sin_e,
                        ffi::ResultBuffer<dtype> cos_e) {
   const int64_t n = static_cast<int64_t>(mean_anomaly.element_count());
-  if (eccentricity.element_count() != mean_anomaly.element_count() ||
-      sin_e->element_count() != mean_anomaly.element_count() ||
-      cos_e->element_count() != mean_anomaly.element_count()) {
-    return ErrorFuture(ffi::Error::InvalidArgument(
-        "jaxext kepler: mean_anomaly, eccentricity and both outputs must have the same number "
-        "of elements"));
+  if (ffi::Error err = CheckElementCounts(
+          "kepler", mean_anomaly.element_count(),
+          {eccentricity.element_count(), sin_e->element_count(), cos_e->element_count()});
+      err.failure()) {
+    return ErrorFuture(std::move(err));
   }
   const auto* m = mean_anomaly.typed_data();
   const auto* e = eccentricity.typed_data();

@@ -1,30 +1,19 @@
 // The `_cuda_ops` extension module: registrations() -> {target name: FFI handler capsule}, for
 // platform "CUDA". Same target names as the CPU module: the lowering picks the platform.
-#include <type_traits>
-
 #include "jaxext/cuda/kepler_cuda.h"
 #include "pybind11/pybind11.h"
+// after pybind11: enables EncapsulateFfiHandler
+#include "jaxext/common/ffi_helpers.h"
 #include "xla/ffi/api/c_api.h"
 
 namespace py = pybind11;
-
-namespace {
-
-template <typename T>
-py::capsule EncapsulateFfiHandler(T* fn) {
-  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, T, XLA_FFI_CallFrame*>,
-                "an XLA FFI handler has the signature XLA_FFI_Error*(XLA_FFI_CallFrame*)");
-  return py::capsule(reinterpret_cast<void*>(fn));
-}
-
-}  // namespace
 
 PYBIND11_MODULE(_cuda_ops, m) {
   m.doc() = "jaxext CUDA kernels exposed as XLA FFI handlers";
   m.def("registrations", []() {
     py::dict d;
-    d["jaxext_kepler_f32"] = EncapsulateFfiHandler(jaxext::cuda::JaxextKeplerCudaF32);
-    d["jaxext_kepler_f64"] = EncapsulateFfiHandler(jaxext::cuda::JaxextKeplerCudaF64);
+    d["jaxext_kepler_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextKeplerCudaF32);
+    d["jaxext_kepler_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextKeplerCudaF64);
     return d;
   });
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

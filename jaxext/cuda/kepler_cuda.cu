@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "jaxext/common/ffi_helpers.h"
 #include "jaxext/cuda/kepler_cuda.h"
 #include "jaxext/kernels/kepler.h"
 #include "xla/ffi/api/ffi.h"
@@ -30,12 +31,11 @@ ffi::Error KeplerImpl(cudaStream_t stream, ffi::Buffer<dtype> mean_anomaly,
                       ffi::Buffer<dtype> eccentricity, ffi::ResultBuffer<dtype> sin_e,
                       ffi::ResultBuffer<dtype> cos_e) {
   const int64_t n = static_cast<int64_t>(mean_anomaly.element_count());
-  if (eccentricity.element_count() != mean_anomaly.element_count() ||
-      sin_e->element_count() != mean_anomaly.element_count() ||
-      cos_e->element_count() != mean_anomaly.element_count()) {
-    return ffi::Error::InvalidArgument(
-        "jaxext kepler: mean_anomaly, eccentricity and both outputs must have the same number "
-        "of elements");
+  if (ffi::Error err = CheckElementCounts(
+          "kepler", mean_anomaly.element_count(),
+          {eccentricity.element_count(), sin_e->element_count(), cos_e->element_count()});
+      err.failure()) {
+    return err;
   }
   if (n == 0) return ffi::Error::Success();
   const int64_t blocks = std::min<int64_t>((n + kBlock - 1) / kBlock, int64_t{1} << 20);
