@@ -33,11 +33,13 @@ def main():
   p.add_argument("--libs", default=os.path.join(ROOT, ".gpu"))
   p.add_argument("--n", type=int, default=100_000_000)
   p.add_argument("--repeats", type=int, default=20)
+  p.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
+                 help="cpu: run every check with the CPU standing in for the GPU (tests this script)")
   args = p.parse_args()
-  os.environ["JAXEXT_HANDLER_LIBRARIES"] = ",".join([
-      "cpu=" + os.path.join(args.libs, "jaxext_cpu_handlers.so"),
-      "CUDA=" + os.path.join(args.libs, "jaxext_cuda_handlers.so"),
-  ])
+  libs = ["cpu=" + os.path.join(args.libs, "jaxext_cpu_handlers.so")]
+  if args.device == "gpu":
+    libs.append("CUDA=" + os.path.join(args.libs, "jaxext_cuda_handlers.so"))
+  os.environ["JAXEXT_HANDLER_LIBRARIES"] = ",".join(libs)
   sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 
   import jax
@@ -47,7 +49,7 @@ def main():
   import jaxext
   from kepler_bench import kepler_pure_jax
 
-  gpu = jax.devices("gpu")[0]
+  gpu = jax.devices(args.device)[0]
   cpu = jax.devices("cpu")[0]
   report = {"device": gpu.device_kind, "jax": jax.__version__, "checks": {}, "bench": []}
   failures = []
@@ -60,7 +62,7 @@ def main():
 
   rng = np.random.default_rng(0)
   for dtype in (np.float32, np.float64):
-    n = 1_000_000
+    n = min(1_000_000, args.n)
     m = np.concatenate([rng.uniform(-10, 10, n // 2), rng.uniform(-1e6, 1e6, n // 2)]).astype(dtype)
     e = np.concatenate([rng.uniform(0, 1, n // 2),
                         1 - 10.0 ** rng.uniform(-7 if dtype == np.float32 else -16, 0, n // 2)])

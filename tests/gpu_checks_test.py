@@ -1,0 +1,27 @@
+"""tools/gpu_checks.py runs end to end with the CPU standing in for the GPU.
+
+GPU time is scarce: a broken script should fail here, not on a lent GPU machine."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+
+def test_gpu_checks_script_runs_on_cpu(tmp_path):
+  libs = tmp_path / "libs"
+  libs.mkdir()
+  shutil.copy(os.environ["JAXEXT_CPU_HANDLERS"], libs / "jaxext_cpu_handlers.so")
+  env = {k: v for k, v in os.environ.items() if k != "JAXEXT_HANDLER_LIBRARIES"}
+  env["OUT"] = str(tmp_path)
+  r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--device", "cpu",
+                      "--libs", str(libs), "--n", "200000", "--repeats", "2"],
+                     env=env, capture_output=True, text=True)
+  assert r.returncode == 0, r.stdout + r.stderr
+  report = json.loads((tmp_path / "gpu_checks.json").read_text())
+  assert report["checks"] and all(report["checks"].values()), report["checks"]
+  assert len(report["checks"]) == 10
+  assert {row["dtype"] for row in report["bench"]} == {"float32", "float64"}
+  for row in report["bench"]:
+    assert row["jaxext_GBps"] > 0 and row["copy_GBps"] > 0 and row["speedup_vs_pure_jax"] > 0
