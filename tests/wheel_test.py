@@ -43,8 +43,9 @@ def test_wheel_name_tags_are_true():
     module_version = re.search(r'^\s*version = "([^"]+)"', f.read(), re.M).group(1)
   assert module_version == version, (module_version, version)
   assert py == abi == "cp%d%d" % sys.version_info[:2]
-  # The platform tag must be the newest GLIBC symbol version the extensions need, as objdump
-  # (an independent ELF reader) sees it.
+  # The platform tag must cover the newest GLIBC symbol version the extensions need, and the
+  # newest GLIBCXX one by auditwheel's policies, as objdump (an independent ELF reader) sees them.
+  glibcxx_floor = {(3, 4, 29): (2, 34), (3, 4, 30): (2, 35), (3, 4, 28): (2, 31)}
   with zipfile.ZipFile(_wheel_path()) as z, tempfile.TemporaryDirectory() as tmp:
     newest = (2, 17)
     for so in [n for n in z.namelist() if n.endswith(".so")]:
@@ -52,6 +53,11 @@ def test_wheel_name_tags_are_true():
       out = subprocess.run(["objdump", "-T", path], check=True, capture_output=True, text=True)
       for major, minor in re.findall(r"GLIBC_(\d+)\.(\d+)", out.stdout):
         newest = max(newest, (int(major), int(minor)))
+      for v in re.findall(r"GLIBCXX_(\d+\.\d+\.\d+)", out.stdout):
+        key = tuple(int(x) for x in v.split("."))
+        if key > (3, 4, 25):
+          assert key in glibcxx_floor, f"{so} needs GLIBCXX_{v}; extend this test's table"
+          newest = max(newest, glibcxx_floor[key])
   assert (int(glibc_major), int(glibc_minor)) == newest
 
 

@@ -3,7 +3,8 @@
 The wheel's tags are read off what was built, not assumed:
 * python/abi tag: the CPython the extensions were compiled for (python_info.json of @jaxext_python);
 * platform tag: manylinux_2_NN_<arch>, NN the newest GLIBC_2.NN symbol version any extension
-  module requires (read from the ELF .gnu.version_r section of each .so).
+  module requires (read from the ELF .gnu.version_r section of each .so), raised where a required
+  GLIBCXX_ version is newer than that manylinux policy's libstdc++ allows.
 Output is byte-for-byte reproducible: sorted entries, fixed timestamps and permissions.
 """
 
@@ -55,15 +56,37 @@ def elf_glibc_requirements(data: bytes) -> tuple[str, set[str]]:
   return machine, versions
 
 
+# The oldest manylinux glibc whose reference distributions ship each libstdc++ symbol version
+# (auditwheel's policies: manylinux2014 -> 3.4.19, _2_28 (RHEL 8, GCC 8) -> 3.4.25,
+# _2_31 (Ubuntu 20.04, GCC 10) -> 3.4.28, _2_34 (RHEL 9, GCC 11) -> 3.4.29,
+# _2_35 (Ubuntu 22.04, GCC 12) -> 3.4.30, _2_39 (Ubuntu 24.04, GCC 14) -> 3.4.33).
+GLIBCXX_FLOOR = [((3, 4, 19), (2, 17)), ((3, 4, 25), (2, 28)), ((3, 4, 28), (2, 31)),
+                 ((3, 4, 29), (2, 34)), ((3, 4, 30), (2, 35)), ((3, 4, 33), (2, 39))]
+
+
+def glibc_needed(versions: set[str]) -> tuple[int, int]:
+  """The manylinux glibc (major, minor) that satisfies every GLIBC_/GLIBCXX_ version needed."""
+  newest = (2, 17)  # manylinux2014 is the floor anyone still ships
+  for v in versions:
+    m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", v)
+    if m:
+      newest = max(newest, (int(m.group(1)), int(m.group(2))))
+    m = re.fullmatch(r"GLIBCXX_(\d+)\.(\d+)\.(\d+)", v)
+    if m:
+      want = tuple(int(g) for g in m.groups())
+      floors = [glibc for cxx, glibc in GLIBCXX_FLOOR if cxx >= want]
+      if not floors:
+        raise ValueError(f"{v} is newer than any manylinux policy known here")
+      newest = max(newest, floors[0])
+  return newest
+
+
 def platform_tag(extensions: dict[str, bytes]) -> str:
-  machines, newest = set(), (2, 17)  # manylinux2014 is the floor anyone still ships
+  machines, newest = set(), (2, 17)
   for name, data in extensions.items():
     machine, versions = elf_glibc_requirements(data)
     machines.add(machine)
-    for v in versions:
-      m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", v)
-      if m:
-        newest = max(newest, (int(m.group(1)), int(m.group(2))))
+    newest = max(newest, glibc_needed(versions))
   if len(machines) != 1:
     raise ValueError(f"extension modules for several machines: {machines}")
   return f"manylinux_{newest[0]}_{newest[1]}_{machines.pop()}"
