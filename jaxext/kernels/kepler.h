@@ -144,10 +144,16 @@ struct SinCosPoly<float> {
   }
 };
 
+#if defined(__CUDA_ARCH__) || defined(JAXEXT_KEPLER_LIBM)
+// CUDA's math library on the device (or, to test the device path on a host, the C library's).
+JAXEXT_HD void library_sincos(double x, double* s, double* c) { ::sincos(x, s, c); }
+JAXEXT_HD void library_sincos(float x, float* s, float* c) { ::sincosf(x, s, c); }
+#endif
+
 template <typename T>
 JAXEXT_HD void sincos(T x, T* s, T* c) {
-#if defined(__CUDA_ARCH__)
-  ::sincos(x, s, c);
+#if defined(__CUDA_ARCH__) || defined(JAXEXT_KEPLER_LIBM)
+  library_sincos(x, s, c);
 #else
   using K = Constants<T>;
   const T q = round_nearest(x * K::kTwoOverPi);
@@ -171,7 +177,7 @@ JAXEXT_HD void sincos(T x, T* s, T* c) {
 // a quadratic first guess on [1, 8), then two Newton steps: relative error < 2e-6, all the starter
 // needs (it is itself good to ~1e-3).
 JAXEXT_HD double cbrt_positive(double x) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) || defined(JAXEXT_KEPLER_LIBM)
   return ::cbrt(x);
 #else
   std::uint64_t bits;
