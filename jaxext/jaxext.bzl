@@ -28,6 +28,28 @@ def jaxext_cc_test(name, copts = [], **kwargs):
         **kwargs
     )
 
+def _shared_object(name, exported, linkopts = [], target_compatible_with = None, **kwargs):
+    """`<name>.so` (cc_binary, linkshared) exporting only the symbols matching `exported`.
+
+    A generated linker version script makes every other symbol local.
+    """
+    native.genrule(
+        name = name + "_version_script",
+        outs = [name + ".lds"],
+        cmd = "printf '{\\n  global: %s;\\n  local: *;\\n};\\n' > $@" % exported,
+        visibility = ["//visibility:private"],
+        target_compatible_with = target_compatible_with,
+    )
+    cc_binary(
+        name = name + ".so",
+        linkshared = True,
+        linkstatic = True,
+        additional_linker_inputs = [":" + name + ".lds"],
+        linkopts = linkopts + ["-Wl,--version-script=$(location :%s.lds)" % name],
+        target_compatible_with = target_compatible_with,
+        **kwargs
+    )
+
 def pybind_extension(name, srcs, deps = [], copts = [], linkopts = [], visibility = None, **kwargs):
     """A pybind11 extension module importable as `name`, plus a py_library `name` carrying it.
 
@@ -37,24 +59,12 @@ def pybind_extension(name, srcs, deps = [], copts = [], linkopts = [], visibilit
     be `alwayslink` so that nothing they define is dropped by the linker.
     """
     compat = kwargs.pop("target_compatible_with", None)
-    version_script = name + "_version_script"
-    native.genrule(
-        name = version_script,
-        outs = [name + ".lds"],
-        cmd = "printf '{\\n  global: PyInit_%s;\\n  local: *;\\n};\\n' > $@" % name,
-        visibility = ["//visibility:private"],
-    )
-    cc_binary(
-        name = name + ".so",
+    _shared_object(
+        name = name,
+        exported = "PyInit_" + name,
         srcs = srcs,
         copts = copts + ["-fvisibility=hidden", "-fvisibility-inlines-hidden", "-fexceptions"],
-        linkopts = linkopts + [
-            "-Wl,--version-script=$(location :%s.lds)" % name,
-            "-Wl,-Bsymbolic",
-        ],
-        linkshared = True,
-        linkstatic = True,
-        additional_linker_inputs = [":" + name + ".lds"],
+        linkopts = linkopts + ["-Wl,-Bsymbolic"],
         deps = deps + [
             "@jaxext_python//:pybind11",
             "@jaxext_python//:python_headers",
@@ -230,29 +240,12 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], capabilities = No
         **kwargs
     )
 
-def ffi_handler_library(name, deps, visibility = None, **kwargs):
+def ffi_handler_library(name, deps, **kwargs):
     """`<name>.so`: a plain shared library exporting the C symbols of the FFI handlers in `deps`.
 
-    No Python inside, so it loads in any Python and any jaxlib from the FFI floor on; register its
-    handlers with `jaxext.register_handler_library` (ctypes). Only symbols named `Jaxext*` are
-    exported. This is how the GPU checks run on a machine whose Python differs from the build's.
+    No Python inside, so it loads in any Python and any jaxlib from the FFI floor on; jaxext
+    registers its handlers through ctypes when `JAXEXT_HANDLER_LIBRARIES` names it (see
+    jaxext/_ffi.py). Only symbols named `Jaxext*` are exported. This is how the GPU checks run on a
+    machine whose Python differs from the build's.
     """
-    compat = kwargs.pop("target_compatible_with", None)
-    native.genrule(
-        name = name + "_version_script",
-        outs = [name + ".lds"],
-        cmd = "printf '{\\n  global: Jaxext*;\\n  local: *;\\n};\\n' > $@",
-        visibility = ["//visibility:private"],
-        target_compatible_with = compat,
-    )
-    cc_binary(
-        name = name + ".so",
-        linkshared = True,
-        linkstatic = True,
-        additional_linker_inputs = [":" + name + ".lds"],
-        linkopts = ["-Wl,--version-script=$(location :%s.lds)" % name],
-        deps = deps,
-        visibility = visibility,
-        target_compatible_with = compat,
-        **kwargs
-    )
+    _shared_object(name = name, exported = "Jaxext*", deps = deps, **kwargs)
