@@ -177,7 +177,7 @@ def _cuda_objects_impl(ctx):
         args.add(nvcc)
         args.add(host)
         args.add_all(["-c", src, "-o", obj])
-        args.add_all(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC,-fvisibility=hidden"])
+        args.add_all(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC"])
         args.add_all(gencode)
         args.add_all(ctx.attr.copts)
         args.add_all(comp.defines, format_each = "-D%s")

@@ -58,7 +58,7 @@ CUDA_VERSION = "13.0"
 
 CUDA_PACKAGES = {
     "nvidia-cuda-cccl": ("13.0.85", "e0da7ad981f3a8aff08241b5bfc1af868742a63e2762f53a5171c492ef242649"),
-    # cuobjdump only inspects what was built (tests/cuda_fatbin_test.sh); none is published for
+    # cuobjdump only inspects what was built (tests/cuda_build_test.sh); none is published for
     # 13.0, and a newer one reads 13.0 binaries.
     "nvidia-cuda-cuobjdump": ("13.2.51", "95c69d3ddf0c2c1f535ec44c3433a66aeee19f588d9d22f73356e20b25f12b50"),
     "nvidia-cuda-crt": ("13.0.88", "2c8043c7c9e02492716426e9919fc78d2c5b3b2a7a768a88e952676b08aa55a4"),
