@@ -43,7 +43,8 @@ def kepler_pure_jax(mean_anomaly, ecc):
   return sign * jnp.sin(E), jnp.cos(E)
 
 
-def residual(m, e, s, c):
+def residuals(m, e, s, c):
+  """|E - e sin E - M| per element in extended precision, E = atan2(s, c), M reduced exactly."""
   ld = np.longdouble
   twopi = ld("6.283185307179586476925286766559005768")
   M = np.asarray(m, ld)
@@ -51,7 +52,11 @@ def residual(m, e, s, c):
   E = np.arctan2(np.asarray(s, ld), np.asarray(c, ld))
   res = E - np.asarray(e, ld) * np.sin(E) - r
   res -= twopi * np.rint(res / twopi)
-  return float(np.max(np.abs(res)))
+  return np.abs(res).astype(np.float64)
+
+
+def residual(m, e, s, c):
+  return float(np.max(residuals(m, e, s, c)))
 
 
 def best_time(f, args, repeats):

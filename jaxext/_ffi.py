@@ -79,7 +79,3 @@ def register_all() -> dict[str, tuple[str, ...]]:
         names.append(name)
       _registered[platform] = tuple(sorted(names))
     return _registered
-
-
-def available_platforms() -> tuple[str, ...]:
-  return tuple(register_all())
