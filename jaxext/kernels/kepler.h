@@ -28,13 +28,8 @@
 #include <cstring>
 #include <limits>
 
-#if defined(__CUDACC__)
-#define JAXEXT_HD __host__ __device__ __forceinline__
-#define JAXEXT_UNROLL _Pragma("unroll")
-#else
-#define JAXEXT_HD inline __attribute__((always_inline))
-#define JAXEXT_UNROLL _Pragma("GCC unroll 4")
-#endif
+#include "jaxext/kernels/platform.h"
+
 
 namespace jaxext {
 namespace kepler {

@@ -1,0 +1,330 @@
+// Flux of a limb-darkened star occulted by an opaque disk, and its derivatives.
+//
+// One header shared by the CPU handler (host compiler) and the CUDA kernel (nvcc). All arithmetic is
+// in double, whatever the storage type of the inputs.
+//
+// Geometry and law
+//   The star is the unit disk, the occultor a disk of radius r whose centre is at distance b from
+//   the star's centre. The specific intensity at mu = z = sqrt(1 - x^2 - y^2) is
+//       I(mu) = 1 - sum_{j=1..n} u_j (1 - mu)^j            (quadratic: n = 2),
+//   rewritten in powers of z as I = sum_m a_m z^m. The result is the visible flux divided by the
+//   unocculted flux F0 = sum_m a_m 2 pi / (m + 2).
+//
+// Method (closed forms and recurrences; no numerical quadrature)
+//   Let O_m be the flux of z^m over the occulted region (star disk intersected with occultor disk).
+//   Its boundary is an arc of the occultor's circle and, when the occultor crosses the limb, an arc of
+//   the limb. Parametrise the occultor's circle by (r cos phi, b + r sin phi); there
+//       z^2 = a - c sin phi,   a = 1 - b^2 - r^2,   c = 2 b r,
+//   and with phi = 2 psi - pi/2, z^2 = 4br (k^2 - sin^2 psi), k^2 = A / 4br, A = 1 - (b - r)^2,
+//   B = 1 - (b + r)^2. The arc is |psi| <= kappa, kappa = pi/2 when the occultor lies inside the
+//   disk (B >= 0) and sin kappa = k otherwise.
+//   * Arc moments T_m = (4br)^{m/2} int (k^2 - sin^2 psi)^{m/2} dpsi obey (integrate the derivative
+//     of sin psi cos psi (k^2 - sin^2 psi)^{m/2} over the arc)
+//         (m + 2) T_{m+2} = 2 (m + 1) a T_m - m A B T_{m-2},   m >= 1 (and m = 0 inside the disk),
+//     whose characteristic roots are A and B: upward recursion is stable unless a < 0 (then |B| >
+//     A), where the sequence is computed downward (Miller's algorithm) and normalised by the exact
+//     T_0 or T_1. T_0 and T_2 are elementary, T_{-1} and T_1 are complete elliptic integrals of the
+//     first and second kind, computed with Bulirsch's cel.
+//   * Green's theorem with G = z^m (-y, x), whose curl is (m + 2) z^m - m z^{m-2} and which vanishes
+//     on the limb, gives O_m = [s_m + m O_{m-2}] / (m + 2) with s_m = [(a + 2r^2) J_m - J_{m+2}] / 2,
+//     J_m = 2 T_m (m >= 2). O_0 is the lens area. For O_1, G = f(rho) (-y, x) with
+//     f = (1 - z^3) / (3 rho^2); the part that is not an arc moment is an elementary arctangent plus
+//     one complete elliptic integral of the third kind (cel again), written so that b = r is regular.
+//   * Derivatives by the transport theorem: only the occultor's arc moves, so
+//         dO/dr = r int_arc I dphi,   dO/db = r int_arc I sin phi dphi,
+//     i.e. arc moments J_m and K_m = int z^m sin phi dphi, with K_{m+2} = (m + 2)(a K_m - c J_m) /
+//     (m + 4) (or K_m = (a J_m - J_{m+2}) / c where the recurrences run downward). The derivative
+//     with respect to u_j follows from O_m and F0 directly.
+//   Differences such as 1 - b - r and 1 - (b - r)^2 are formed from compensated sums, so contact
+//   points, b = r, b -> 0, r -> 0 and r > 1 keep full absolute accuracy (tests/limbdark_test.py).
+//
+// Domain: b >= 0, r > 0 (finite or +inf), n <= kMaxOrder. b < 0, r <= 0 or NaN give NaN for every
+// output. Non-physical laws (F0 <= 0) are not rejected: the result is whatever the formula gives.
+#ifndef JAXEXT_KERNELS_LIMBDARK_H_
+#define JAXEXT_KERNELS_LIMBDARK_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "jaxext/kernels/platform.h"
+
+namespace jaxext {
+namespace limbdark {
+
+// Highest supported degree of the limb-darkening polynomial.
+constexpr int kMaxOrder = 16;
+
+constexpr double kPi = 3.14159265358979323846;
+
+// The intensity in powers of z, and the unocculted flux.
+struct Law {
+  int order;
+  double a[kMaxOrder + 1];
+  double total;
+};
+
+template <typename T>
+JAXEXT_HD void MakeLaw(const T* u, int n, Law* law) {
+  law->order = n;
+  for (int m = 0; m <= n; ++m) law->a[m] = (m == 0) ? 1.0 : 0.0;
+  for (int j = 1; j <= n; ++j) {
+    // (1 - z)^j = sum_m C(j, m) (-z)^m
+    double binom = 1.0;
+    const double uj = static_cast<double>(u[j - 1]);
+    for (int m = 0; m <= j; ++m) {
+      law->a[m] -= uj * ((m & 1) ? -binom : binom);
+      binom = binom * (j - m) / (m + 1);
+    }
+  }
+  double total = 0.0;
+  for (int m = 0; m <= n; ++m) total += law->a[m] * (2.0 * kPi / (m + 2));
+  law->total = total;
+}
+
+namespace detail {
+
+// x + y + z with one compensated step: exact when the result is the difference of nearby values.
+JAXEXT_HD double Sum3(double x, double y, double z) {
+  const double s = x + y;
+  const double bp = s - x;
+  const double err = (x - (s - bp)) + (y - bp);
+  return (s + z) + err;
+}
+
+// Bulirsch's complete elliptic integral
+//   cel(kc, p, a, b) = int_0^{pi/2} (a cos^2 t + b sin^2 t) / ((cos^2 t + p sin^2 t)
+//                      sqrt(cos^2 t + kc^2 sin^2 t)) dt,     kc != 0,
+// by his Gauss-transformation algorithm (Bulirsch 1969, Numer. Math. 13, 305).
+JAXEXT_HD double Cel(double kc, double p, double a, double b) {
+  kc = fabs(kc);
+  double e = kc, m = 1.0;
+  if (p > 0.0) {
+    p = sqrt(p);
+    b = b / p;
+  } else {
+    double f = kc * kc;
+    double q = 1.0 - f;
+    const double g = 1.0 - p;
+    f = f - p;
+    q = q * (b - a * p);
+    p = sqrt(f / g);
+    a = (a - b) / g;
+    b = -q / (g * g * p) + a * p;
+  }
+  for (int it = 0; it < 64; ++it) {
+    double f = a;
+    a = a + b / p;
+    double g = e / p;
+    b = b + f * g;
+    b = b + b;
+    p = g + p;
+    g = m;
+    m = kc + m;
+    if (fabs(g - kc) <= g * 1e-15) break;
+    kc = sqrt(e);
+    kc = kc + kc;
+    e = kc * m;
+  }
+  return 0.5 * kPi * (a * m + b) / (m * (m + p));
+}
+
+constexpr int kMaxMoment = kMaxOrder + 3;
+
+// Arc moments T_m, m = 0..top, of one parity, by Miller's downward recurrence, normalised so that
+// T_parity equals `exact`.
+JAXEXT_HD void MillerChain(int parity, int top, double a, double AB, double ratio, double exact,
+                           double* T) {
+  if (top < parity) return;
+  if ((top - parity) & 1) --top;
+  int extra = static_cast<int>(ceil(39.0 / log(ratio))) + 2;
+  if (extra > 200) extra = 200;
+  const int start = top + 2 * extra;
+  double above = 0.0, cur = 1.0;  // T_{m+2}, T_m
+  for (int m = start; m >= parity + 2; m -= 2) {
+    const double below = (2.0 * (m + 1) * a * cur - (m + 2) * above) / (m * AB);
+    above = cur;
+    cur = below;
+    if (m - 2 <= top) T[m - 2] = below;
+    if (fabs(cur) > 1e150) {
+      cur *= 1e-150;
+      above *= 1e-150;
+      for (int j = m - 2; j <= top; j += 2) {
+        if (j >= parity) T[j] *= 1e-150;
+      }
+    }
+  }
+  const double scale = exact / T[parity];
+  for (int j = parity; j <= top; j += 2) T[j] *= scale;
+}
+
+// Occulted fluxes O[0..n] of z^m and, if kGrad, the arc moments J[0..n], K[0..n] (J and K are
+// zero when the disks do not overlap or the occultor covers the whole star).
+template <bool kGrad>
+JAXEXT_HD void Integrals(double b, double r, int n, double* O, double* J, double* K) {
+  const double p = Sum3(1.0, b, -r);  // 1 + b - r
+  const double q = Sum3(1.0, -b, r);  // 1 - b + r
+  for (int m = 0; m <= n; ++m) {
+    O[m] = 0.0;
+    if (kGrad) {
+      J[m] = 0.0;
+      K[m] = 0.0;
+    }
+  }
+  if (q <= 0.0) return;  // b >= 1 + r: no overlap
+  if (p <= 0.0) {        // r >= 1 + b: the star is hidden
+    for (int m = 0; m <= n; ++m) O[m] = 2.0 * kPi / (m + 2);
+    return;
+  }
+  const double A = p * q;
+  const double D = Sum3(1.0, -b, -r);  // 1 - b - r
+  const double B = D * (1.0 + b + r);
+  const double a = 0.5 * (A + B);
+  const double c = 2.0 * b * r;
+  const double fbr = 2.0 * c;
+  const bool inside = B >= 0.0;
+
+  const int top = (n + 2 > 3) ? n + 2 : 3;  // highest moment needed
+  double T[kMaxMoment + 1];
+  double theta = kPi, lam = 0.0, four_delta = 0.0, k = 0.0, kc = 0.0, kcp = 0.0;
+  double t_minus1;
+  if (inside) {
+    T[0] = kPi;
+    T[2] = a * kPi;
+    const double sA = sqrt(A);
+    kcp = sqrt(B / A);
+    if (kcp < 1e-150) kcp = 1e-150;
+    T[1] = 2.0 * sA * Cel(kcp, 1.0, 1.0, kcp * kcp);
+    t_minus1 = 2.0 * Cel(kcp, 1.0, 1.0, 1.0) / sA;
+  } else {
+    four_delta = sqrt(-A * B);  // 4 x area of the triangle (star centre, occultor centre, contact)
+    theta = atan2(four_delta, -a);  // angle subtended by the arc at the occultor's centre
+    lam = atan2(four_delta, a + 2.0 * b * b);  // half the limb arc, seen from the star's centre
+    const double k2 = A / fbr;
+    k = sqrt(k2);
+    kc = sqrt(-B / fbr);
+    if (kc < 1e-150) kc = 1e-150;
+    T[0] = theta;
+    T[2] = a * theta + four_delta;
+    const double sf = sqrt(fbr);
+    T[1] = 2.0 * (A / sf) * Cel(kc, 1.0, 1.0, 0.0);
+    t_minus1 = 2.0 * Cel(kc, 1.0, 1.0, 1.0) / sf;
+  }
+  const double AB = A * B;
+  const bool downward = (a < 0.0) && (-B > 2.0 * A) && (-B > 0.5);
+  if (downward) {
+    const double ratio = -B / A;
+    MillerChain(0, top, a, AB, ratio, T[0], T);
+    MillerChain(1, top, a, AB, ratio, T[1], T);
+  } else {
+    for (int m = 2; m + 2 <= top; m += 2)
+      T[m + 2] = (2.0 * (m + 1) * a * T[m] - m * AB * T[m - 2]) / (m + 2);
+    T[3] = (4.0 * a * T[1] - (B == 0.0 ? 0.0 : AB * t_minus1)) / 3.0;
+    for (int m = 3; m + 2 <= top; m += 2)
+      T[m + 2] = (2.0 * (m + 1) * a * T[m] - m * AB * T[m - 2]) / (m + 2);
+  }
+  double Jm[kMaxMoment + 1];
+  for (int m = 0; m <= top; ++m) Jm[m] = 2.0 * T[m];
+
+  // O_0: lens area.
+  O[0] = inside ? kPi * r * r : r * r * theta + lam - 0.5 * four_delta;
+  // O_1.
+  if (n >= 1) {
+    double d = fabs(b - r);
+    if (d < 1e-100) d = 1e-100;
+    const double sg = (r >= b) ? 1.0 : -1.0;
+    double term0, v1;
+    if (inside) {
+      term0 = 2.0 * kPi * sg;
+      v1 = -4.0 * sg * (r + b) * sqrt(A) / d * Cel(kcp, (b + r) * (b + r) / (d * d), 1.0, kcp * kcp);
+    } else {
+      term0 = 4.0 * sg * atan2((b + r) * sqrt(A), d * sqrt(-B));
+      v1 = -4.0 * sg * (r + b) * sqrt(A) * k / d * Cel(kc, 1.0 / (d * d), 1.0, 0.0);
+    }
+    const double arc = 0.5 * ((a + 2.0 * r * r) * Jm[1] - Jm[3]) + 0.5 * (Jm[0] - Jm[1]) +
+                       0.5 * (term0 + v1);
+    O[1] = (2.0 * lam + arc) / 3.0;
+  }
+  for (int m = 2; m <= n; ++m) {
+    const double s = 0.5 * ((a + 2.0 * r * r) * Jm[m] - Jm[m + 2]);
+    O[m] = (s + m * O[m - 2]) / (m + 2);
+  }
+  if (!kGrad) return;
+
+  for (int m = 0; m <= n; ++m) J[m] = Jm[m];
+  K[0] = inside ? 0.0 : -four_delta / (b * r);
+  if (n >= 1) {
+    if (downward) {
+      for (int m = 1; m <= n; ++m) K[m] = (a * Jm[m] - Jm[m + 2]) / c;
+    } else {
+      if (c == 0.0) {
+        K[1] = 0.0;
+      } else if (inside && c < 0.1 * a) {
+        // int_0^{2pi} (a - c sin phi)^{1/2} sin phi dphi as a series in c / a.
+        const double x = c / a;
+        double coef = 1.0, pw = 1.0, w = 1.0, sum = 0.0;
+        for (int j = 1; j < 40; ++j) {
+          coef *= (0.5 - (j - 1)) / j;
+          pw *= -x;
+          if (j & 1) {
+            w *= static_cast<double>(j) / (j + 1);  // (j)!! / (j + 1)!! for odd j
+            const double term = coef * pw * w;
+            sum += term;
+            if (fabs(term) < 1e-18 * fabs(sum)) break;
+          }
+        }
+        K[1] = 2.0 * kPi * sqrt(a) * sum;
+      } else {
+        K[1] = (a * Jm[1] - Jm[3]) / c;
+      }
+      for (int m = 0; m + 2 <= n; ++m) K[m + 2] = (m + 2) * (a * K[m] - c * Jm[m]) / (m + 4);
+    }
+  }
+}
+
+}  // namespace detail
+
+// Relative flux and, if kGrad, its derivatives with respect to b, r and u_1..u_n (dfdu[j - 1]).
+template <bool kGrad>
+JAXEXT_HD void Evaluate(double b, double r, const Law& law, double* flux, double* dfdb,
+                        double* dfdr, double* dfdu) {
+  const int n = law.order;
+  if (!(b >= 0.0) || !(r > 0.0)) {
+    const double nan = NAN;
+    *flux = nan;
+    if (kGrad) {
+      *dfdb = nan;
+      *dfdr = nan;
+      for (int j = 0; j < n; ++j) dfdu[j] = nan;
+    }
+    return;
+  }
+  double O[kMaxOrder + 1], J[kMaxOrder + 1], K[kMaxOrder + 1];
+  detail::Integrals<kGrad>(b, r, n, O, J, K);
+  double occ = 0.0;
+  for (int m = 0; m <= n; ++m) occ += law.a[m] * O[m];
+  const double inv_total = 1.0 / law.total;
+  const double deficit = occ * inv_total;
+  *flux = 1.0 - deficit;
+  if (!kGrad) return;
+  double ij = 0.0, ik = 0.0;
+  for (int m = 0; m <= n; ++m) {
+    ij += law.a[m] * J[m];
+    ik += law.a[m] * K[m];
+  }
+  *dfdr = -r * ij * inv_total;
+  *dfdb = -r * ik * inv_total;
+  for (int j = 1; j <= n; ++j) {
+    double binom = 1.0, sum = 0.0;
+    for (int m = 0; m <= j; ++m) {
+      const double term = binom * (O[m] - deficit * (2.0 * kPi / (m + 2)));
+      sum += (m & 1) ? -term : term;
+      binom = binom * (j - m) / (m + 1);
+    }
+    dfdu[j - 1] = sum * inv_total;
+  }
+}
+
+}  // namespace limbdark
+}  // namespace jaxext
+
+#endif  // JAXEXT_KERNELS_LIMBDARK_H_
