@@ -42,6 +42,10 @@ def _load(platform: str):
 _SYMBOLS = {
     "jaxext_kepler_f32": "JaxextKepler{}F32",
     "jaxext_kepler_f64": "JaxextKepler{}F64",
+    "jaxext_limbdark_f32": "JaxextLimbdark{}F32",
+    "jaxext_limbdark_f64": "JaxextLimbdark{}F64",
+    "jaxext_limbdark_grad_f32": "JaxextLimbdarkGrad{}F32",
+    "jaxext_limbdark_grad_f64": "JaxextLimbdarkGrad{}F64",
 }
 
 

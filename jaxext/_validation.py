@@ -14,6 +14,12 @@ def float_operand(x, name: str):
   Integers are promoted to JAX's default float; float16/bfloat16 to float32. Booleans, complex
   numbers and non-numeric types are refused.
   """
+  if isinstance(x, (list, tuple)):
+    try:
+      x = jnp.asarray(x)
+    except (TypeError, ValueError) as err:
+      raise TypeError(f"{name} must be a real floating-point array; got {type(x).__name__} "
+                      "that does not convert to a numeric array") from err
   try:
     dtype = np.dtype(jnp.result_type(x))
   except TypeError as err:

@@ -36,6 +36,12 @@ JAXLIB_FLOOR = "0.10.0"
 
 # name -> (version, sha256 of the wheel for CPython 3.14 / manylinux x86_64 or py3-none-any)
 PYTHON_PACKAGES = {
+    # Benchmark anchors (//benchmarks:limbdark): jaxoplanet and its pure-Python dependencies.
+    "equinox": ("0.13.8", "ca004348533cc30a63ebe8823d7dd4bb626dce17743d40bbddb89b402ef2a240"),
+    "jaxoplanet": ("0.2.0", "2b1f63ea2e51d2d44c97938183d2ce019bc9e1810e018428d3248372eb641dac"),
+    "jaxtyping": ("0.3.11", "8a4bedc4e3f963fa82df41bd13c7ebc2bad925601eb48614c65798f21329d4e3"),
+    "typing-extensions": ("4.16.0", "481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8"),
+    "wadler-lindig": ("0.1.8", "8671e8c98449ae3f4e4ba720eccd63a502b3983042f8d112b49a9c6be49e8d92"),
     "absl-py": ("2.5.1", "721200f2f0e9960f2ca9dc3a2a706b201f5f75d812c158f059cbbe29eeafbdb8"),
     "iniconfig": ("2.3.1", "9121e2c1fdb355232495be3194c8dfe87ccc2d5dee45947b78e68f499790d7a7"),
     "jax": ("0.10.0", "76c42ba163c8db3dc2e449e225b888c0edfb623ded31efdc96d85e0fda1d26e8"),
@@ -72,3 +78,13 @@ CUDA_PACKAGES = {
 CUDA_HOST_COMPILER = "g++-15"
 
 CUDA_CAPABILITIES = ["sm_90"]
+
+# batman (Kreidberg 2015), the C anchor of //benchmarks:limbdark. PyPI has only its source
+# distribution; third_party/batman builds the quadratic-law extension with Bazel's C toolchain.
+# GPL-3.0: used by the benchmark only, never linked into or shipped with jaxext.
+BATMAN = {
+    "version": "2.5.2",
+    "url": "https://files.pythonhosted.org/packages/source/b/batman-package/batman_package-2.5.2.tar.gz",
+    "sha256": "c97fae5485ab0baadf39d221a945692da0bcc2286ef8eab1599e739718347239",
+    "strip_prefix": "batman_package-2.5.2",
+}

@@ -8,6 +8,7 @@ Rule sets (rules_cc, rules_python, platforms, bazel_skylib) come from Bazel's ow
 or the consumer's WORKSPACE; offline, tools/bazel points them at Debian's copies.
 """
 
+load("//third_party/batman:batman_repository.bzl", "batman_repository")
 load("//third_party/cuda:cuda_repository.bzl", "cuda_repository")
 load("//third_party/python:python_repository.bzl", "python_repository")
 
@@ -16,3 +17,5 @@ def jaxext_dependencies():
         python_repository(name = "jaxext_python")
     if not native.existing_rule("jaxext_cuda"):
         cuda_repository(name = "jaxext_cuda")  # fetched only by --config=cuda builds
+    if not native.existing_rule("jaxext_batman"):
+        batman_repository()  # fetched only by //benchmarks:limbdark

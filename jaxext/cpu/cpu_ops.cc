@@ -1,5 +1,6 @@
 // The `_cpu_ops` extension module: registrations() -> {target name: FFI handler capsule}.
 #include "jaxext/cpu/kepler_cpu.h"
+#include "jaxext/cpu/limbdark_cpu.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
 #include "jaxext/common/ffi_helpers.h"
@@ -13,6 +14,12 @@ PYBIND11_MODULE(_cpu_ops, m) {
     py::dict d;
     d["jaxext_kepler_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextKeplerCpuF32);
     d["jaxext_kepler_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextKeplerCpuF64);
+    d["jaxext_limbdark_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkCpuF32);
+    d["jaxext_limbdark_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkCpuF64);
+    d["jaxext_limbdark_grad_f32"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF32);
+    d["jaxext_limbdark_grad_f64"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF64);
     return d;
   });
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

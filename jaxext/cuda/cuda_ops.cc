@@ -1,6 +1,7 @@
 // The `_cuda_ops` extension module: registrations() -> {target name: FFI handler capsule}, for
 // platform "CUDA". Same target names as the CPU module: the lowering picks the platform.
 #include "jaxext/cuda/kepler_cuda.h"
+#include "jaxext/cuda/limbdark_cuda.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
 #include "jaxext/common/ffi_helpers.h"
@@ -14,6 +15,12 @@ PYBIND11_MODULE(_cuda_ops, m) {
     py::dict d;
     d["jaxext_kepler_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextKeplerCudaF32);
     d["jaxext_kepler_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextKeplerCudaF64);
+    d["jaxext_limbdark_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkCudaF32);
+    d["jaxext_limbdark_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkCudaF64);
+    d["jaxext_limbdark_grad_f32"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkGradCudaF32);
+    d["jaxext_limbdark_grad_f64"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkGradCudaF64);
     return d;
   });
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

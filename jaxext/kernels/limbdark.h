@@ -38,8 +38,9 @@
 //   Differences such as 1 - b - r and 1 - (b - r)^2 are formed from compensated sums, so contact
 //   points, b = r, b -> 0, r -> 0 and r > 1 keep full absolute accuracy (tests/limbdark_test.py).
 //
-// Domain: b >= 0, r > 0 (finite or +inf), n <= kMaxOrder. b < 0, r <= 0 or NaN give NaN for every
-// output. Non-physical laws (F0 <= 0) are not rejected: the result is whatever the formula gives.
+// Domain: b >= 0, r > 0 (either may be +inf, not both), n <= kMaxOrder. b < 0, r <= 0, NaN or
+// b = r = inf give NaN for every output. Non-physical laws (F0 <= 0) are not rejected: the result
+// is whatever the formula gives.
 #ifndef JAXEXT_KERNELS_LIMBDARK_H_
 #define JAXEXT_KERNELS_LIMBDARK_H_
 
@@ -82,6 +83,8 @@ JAXEXT_HD void MakeLaw(const T* u, int n, Law* law) {
 }
 
 namespace detail {
+
+JAXEXT_HD bool IsInf(double x) { return fabs(x) > 1.7976931348623157e308; }
 
 // x + y + z with one compensated step: exact when the result is the difference of nearby values.
 JAXEXT_HD double Sum3(double x, double y, double z) {
@@ -170,8 +173,8 @@ JAXEXT_HD void Integrals(double b, double r, int n, double* O, double* J, double
       K[m] = 0.0;
     }
   }
-  if (q <= 0.0) return;  // b >= 1 + r: no overlap
-  if (p <= 0.0) {        // r >= 1 + b: the star is hidden
+  if (q <= 0.0 || IsInf(b)) return;  // b >= 1 + r: no overlap
+  if (p <= 0.0 || IsInf(r)) {        // r >= 1 + b: the star is hidden
     for (int m = 0; m <= n; ++m) O[m] = 2.0 * kPi / (m + 2);
     return;
   }
@@ -288,7 +291,7 @@ template <bool kGrad>
 JAXEXT_HD void Evaluate(double b, double r, const Law& law, double* flux, double* dfdb,
                         double* dfdr, double* dfdu) {
   const int n = law.order;
-  if (!(b >= 0.0) || !(r > 0.0)) {
+  if (!(b >= 0.0) || !(r > 0.0) || (detail::IsInf(b) && detail::IsInf(r))) {
     const double nan = NAN;
     *flux = nan;
     if (kGrad) {
@@ -311,8 +314,9 @@ JAXEXT_HD void Evaluate(double b, double r, const Law& law, double* flux, double
     ij += law.a[m] * J[m];
     ik += law.a[m] * K[m];
   }
-  *dfdr = -r * ij * inv_total;
-  *dfdb = -r * ik * inv_total;
+  // (J = K = 0 when the disks do not overlap or the star is hidden, where r may be infinite.)
+  *dfdr = (ij == 0.0) ? 0.0 : -r * ij * inv_total;
+  *dfdb = (ik == 0.0) ? 0.0 : -r * ik * inv_total;
   for (int j = 1; j <= n; ++j) {
     double binom = 1.0, sum = 0.0;
     for (int m = 0; m <= j; ++m) {

@@ -43,6 +43,14 @@ cc_library(
     includes = ["xla_ffi_include"],
 )
 
+# NumPy's C API headers (for the benchmark's batman extension).
+cc_library(
+    name = "numpy_headers",
+    hdrs = glob(["numpy_include/**/*.h"]),
+    includes = ["numpy_include"],
+    deps = [":python_headers"],
+)
+
 py_runtime(
     name = "runtime",
     interpreter_path = "{interpreter}",

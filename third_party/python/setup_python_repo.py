@@ -39,7 +39,8 @@ def main() -> None:
     site = subprocess.run([vpy, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           check=True, capture_output=True, text=True).stdout.strip()
     for src, dst in ((os.path.join(site, "pybind11", "include"), "pybind11_include"),
-                     (os.path.join(site, "jaxlib", "include"), "xla_ffi_include")):
+                     (os.path.join(site, "jaxlib", "include"), "xla_ffi_include"),
+                     (os.path.join(site, "numpy", "_core", "include"), "numpy_include")):
         shutil.rmtree(os.path.join(out_dir, dst), ignore_errors=True)
         shutil.copytree(src, os.path.join(out_dir, dst))
 

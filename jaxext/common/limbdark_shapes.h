@@ -1,0 +1,50 @@
+// Shape checks shared by the CPU and CUDA handlers of the limbdark op.
+#ifndef JAXEXT_COMMON_LIMBDARK_SHAPES_H_
+#define JAXEXT_COMMON_LIMBDARK_SHAPES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "jaxext/kernels/limbdark.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxext {
+
+struct LimbdarkShape {
+  int64_t points;  // P
+  int64_t groups;  // G: rows of u
+  int order;       // n: columns of u
+};
+
+// b and r hold P elements each, u is [G, n] with G dividing P (G >= 1 when P > 0), n <= kMaxOrder.
+inline xla::ffi::Error GetLimbdarkShape(size_t b_count, size_t r_count,
+                                        xla::ffi::Span<const int64_t> u_dims, LimbdarkShape* shape) {
+  if (u_dims.size() < 1) {
+    return xla::ffi::Error::InvalidArgument("jaxext limbdark: u must have rank >= 1");
+  }
+  const int64_t n = u_dims.back();
+  int64_t groups = 1;
+  for (size_t i = 0; i + 1 < u_dims.size(); ++i) groups *= u_dims[i];
+  const int64_t points = static_cast<int64_t>(b_count);
+  if (static_cast<int64_t>(r_count) != points) {
+    return xla::ffi::Error::InvalidArgument("jaxext limbdark: b and r differ in size");
+  }
+  if (n > limbdark::kMaxOrder) {
+    return xla::ffi::Error::InvalidArgument("jaxext limbdark: limb-darkening order " +
+                                            std::to_string(n) + " exceeds the maximum " +
+                                            std::to_string(limbdark::kMaxOrder));
+  }
+  if (points > 0 && (groups < 1 || points % groups != 0)) {
+    return xla::ffi::Error::InvalidArgument(
+        "jaxext limbdark: the rows of u (" + std::to_string(groups) +
+        ") do not divide the number of points (" + std::to_string(points) + ")");
+  }
+  shape->points = points;
+  shape->groups = groups;
+  shape->order = static_cast<int>(n);
+  return xla::ffi::Error::Success();
+}
+
+}  // namespace jaxext
+
+#endif  // JAXEXT_COMMON_LIMBDARK_SHAPES_H_

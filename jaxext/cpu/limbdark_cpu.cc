@@ -1,0 +1,128 @@
+#include "jaxext/cpu/limbdark_cpu.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "jaxext/common/ffi_helpers.h"
+#include "jaxext/common/limbdark_shapes.h"
+#include "jaxext/cpu/parallel.h"
+#include "jaxext/kernels/limbdark.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxext {
+namespace cpu {
+namespace {
+
+// A few hundred ns per point: below this many points a thread hand-off costs more than it saves.
+constexpr int64_t kGrain = 2048;
+
+template <bool kGrad, typename T>
+void LimbdarkLoop(const T* b, const T* r, const T* u, int order, int64_t per_group, int64_t begin,
+                  int64_t end, T* flux, T* dfdb, T* dfdr, T* dfdu) {
+  limbdark::Law law;
+  int64_t group = -1;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t g = i / per_group;
+    if (g != group) {
+      limbdark::MakeLaw(u + g * order, order, &law);
+      group = g;
+    }
+    double f, fb = 0.0, fr = 0.0, fu[limbdark::kMaxOrder];
+    limbdark::Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i]), law, &f, &fb,
+                              &fr, fu);
+    flux[i] = static_cast<T>(f);
+    if (kGrad) {
+      dfdb[i] = static_cast<T>(fb);
+      dfdr[i] = static_cast<T>(fr);
+      for (int j = 0; j < order; ++j) dfdu[i * order + j] = static_cast<T>(fu[j]);
+    }
+  }
+}
+
+template <ffi::DataType dtype>
+ffi::Future LimbdarkImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Buffer<dtype> r,
+                         ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux) {
+  LimbdarkShape shape;
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(), &shape);
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  if (ffi::Error err = CheckElementCounts("limbdark", b.element_count(), {flux->element_count()});
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  using T = ffi::NativeType<dtype>;
+  const T* pb = b.typed_data();
+  const T* pr = r.typed_data();
+  const T* pu = u.typed_data();
+  T* pf = flux->typed_data();
+  const int order = shape.order;
+  const int64_t per_group = shape.groups > 0 ? shape.points / shape.groups : 1;
+  return ParallelFor(pool, shape.points, kGrain, [=](int64_t begin, int64_t end) {
+    LimbdarkLoop<false, T>(pb, pr, pu, order, per_group, begin, end, pf, nullptr, nullptr, nullptr);
+  });
+}
+
+template <ffi::DataType dtype>
+ffi::Future LimbdarkGradImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Buffer<dtype> r,
+                             ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux,
+                             ffi::ResultBuffer<dtype> dfdb, ffi::ResultBuffer<dtype> dfdr,
+                             ffi::ResultBuffer<dtype> dfdu) {
+  LimbdarkShape shape;
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(), &shape);
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  if (ffi::Error err = CheckElementCounts(
+          "limbdark", b.element_count(),
+          {flux->element_count(), dfdb->element_count(), dfdr->element_count()});
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  if (dfdu->element_count() != b.element_count() * static_cast<size_t>(shape.order)) {
+    return ErrorFuture(ffi::Error::InvalidArgument("jaxext limbdark: dflux/du has the wrong size"));
+  }
+  using T = ffi::NativeType<dtype>;
+  const T* pb = b.typed_data();
+  const T* pr = r.typed_data();
+  const T* pu = u.typed_data();
+  T* pf = flux->typed_data();
+  T* pfb = dfdb->typed_data();
+  T* pfr = dfdr->typed_data();
+  T* pfu = dfdu->typed_data();
+  const int order = shape.order;
+  const int64_t per_group = shape.groups > 0 ? shape.points / shape.groups : 1;
+  return ParallelFor(pool, shape.points, kGrain, [=](int64_t begin, int64_t end) {
+    LimbdarkLoop<true, T>(pb, pr, pu, order, per_group, begin, end, pf, pfb, pfr, pfu);
+  });
+}
+
+}  // namespace
+
+#define JAXEXT_LIMBDARK_CPU_BINDING(T)          \
+  ffi::Ffi::Bind()                              \
+      .Ctx<ffi::ThreadPool>()                   \
+      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
+      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
+      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()
+
+#define JAXEXT_LIMBDARK_GRAD_CPU_BINDING(T) \
+  JAXEXT_LIMBDARK_CPU_BINDING(T)            \
+      .Ret<ffi::Buffer<ffi::DataType::T>>() \
+      .Ret<ffi::Buffer<ffi::DataType::T>>() \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkCpuF32, LimbdarkImpl<ffi::DataType::F32>,
+                              JAXEXT_LIMBDARK_CPU_BINDING(F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkCpuF64, LimbdarkImpl<ffi::DataType::F64>,
+                              JAXEXT_LIMBDARK_CPU_BINDING(F64));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkGradCpuF32, LimbdarkGradImpl<ffi::DataType::F32>,
+                              JAXEXT_LIMBDARK_GRAD_CPU_BINDING(F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkGradCpuF64, LimbdarkGradImpl<ffi::DataType::F64>,
+                              JAXEXT_LIMBDARK_GRAD_CPU_BINDING(F64));
+
+}  // namespace cpu
+}  // namespace jaxext

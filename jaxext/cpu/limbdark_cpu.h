@@ -1,0 +1,20 @@
+// CPU FFI handlers of the limb-darkened occultation op (see jaxext/kernels/limbdark.h for the math).
+#ifndef JAXEXT_CPU_LIMBDARK_CPU_H_
+#define JAXEXT_CPU_LIMBDARK_CPU_H_
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxext {
+namespace cpu {
+
+// (b[P], r[P], u[G, n]) -> flux[P], T = float32 / float64. Point i uses row i / (P / G) of u.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkCpuF32);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkCpuF64);
+// Same inputs -> (flux[P], dflux/db[P], dflux/dr[P], dflux/du[P, n]).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkGradCpuF32);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkGradCpuF64);
+
+}  // namespace cpu
+}  // namespace jaxext
+
+#endif  // JAXEXT_CPU_LIMBDARK_CPU_H_

@@ -1,0 +1,130 @@
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "jaxext/common/ffi_helpers.h"
+#include "jaxext/common/limbdark_shapes.h"
+#include "jaxext/cuda/limbdark_cuda.h"
+#include "jaxext/kernels/limbdark.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxext {
+namespace cuda {
+namespace {
+
+// One thread per point, the law rebuilt per thread (n^2 flops, negligible next to the integrals).
+template <bool kGrad, typename T>
+__global__ void LimbdarkKernel(const T* __restrict__ b, const T* __restrict__ r,
+                               const T* __restrict__ u, int order, int64_t per_group, int64_t n,
+                               T* __restrict__ flux, T* __restrict__ dfdb, T* __restrict__ dfdr,
+                               T* __restrict__ dfdu) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    limbdark::Law law;
+    limbdark::MakeLaw(u + (i / per_group) * order, order, &law);
+    double f, fb = 0.0, fr = 0.0, fu[limbdark::kMaxOrder];
+    limbdark::Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i]), law, &f, &fb,
+                              &fr, fu);
+    flux[i] = static_cast<T>(f);
+    if (kGrad) {
+      dfdb[i] = static_cast<T>(fb);
+      dfdr[i] = static_cast<T>(fr);
+      for (int j = 0; j < order; ++j) dfdu[i * order + j] = static_cast<T>(fu[j]);
+    }
+  }
+}
+
+constexpr int kBlock = 128;
+
+template <bool kGrad, typename T>
+ffi::Error Launch(cudaStream_t stream, const LimbdarkShape& shape, const T* b, const T* r,
+                  const T* u, T* flux, T* dfdb, T* dfdr, T* dfdu) {
+  if (shape.points == 0) return ffi::Error::Success();
+  const int64_t per_group = shape.points / shape.groups;
+  const int64_t blocks = std::min<int64_t>((shape.points + kBlock - 1) / kBlock, int64_t{1} << 20);
+  LimbdarkKernel<kGrad, T><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
+      b, r, u, shape.order, per_group, shape.points, flux, dfdb, dfdr, dfdu);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return ffi::Error::Internal(std::string("jaxext limbdark: CUDA launch failed: ") +
+                                cudaGetErrorString(err));
+  }
+  return ffi::Error::Success();
+}
+
+template <ffi::DataType dtype>
+ffi::Error LimbdarkImpl(cudaStream_t stream, ffi::Buffer<dtype> b, ffi::Buffer<dtype> r,
+                        ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux) {
+  LimbdarkShape shape;
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(), &shape);
+      err.failure()) {
+    return err;
+  }
+  if (ffi::Error err = CheckElementCounts("limbdark", b.element_count(), {flux->element_count()});
+      err.failure()) {
+    return err;
+  }
+  using T = ffi::NativeType<dtype>;
+  return Launch<false, T>(stream, shape, b.typed_data(), r.typed_data(), u.typed_data(),
+                          flux->typed_data(), nullptr, nullptr, nullptr);
+}
+
+template <ffi::DataType dtype>
+ffi::Error LimbdarkGradImpl(cudaStream_t stream, ffi::Buffer<dtype> b, ffi::Buffer<dtype> r,
+                            ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux,
+                            ffi::ResultBuffer<dtype> dfdb, ffi::ResultBuffer<dtype> dfdr,
+                            ffi::ResultBuffer<dtype> dfdu) {
+  LimbdarkShape shape;
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(), &shape);
+      err.failure()) {
+    return err;
+  }
+  if (ffi::Error err = CheckElementCounts(
+          "limbdark", b.element_count(),
+          {flux->element_count(), dfdb->element_count(), dfdr->element_count()});
+      err.failure()) {
+    return err;
+  }
+  if (dfdu->element_count() != b.element_count() * static_cast<size_t>(shape.order)) {
+    return ffi::Error::InvalidArgument("jaxext limbdark: dflux/du has the wrong size");
+  }
+  using T = ffi::NativeType<dtype>;
+  return Launch<true, T>(stream, shape, b.typed_data(), r.typed_data(), u.typed_data(),
+                         flux->typed_data(), dfdb->typed_data(), dfdr->typed_data(),
+                         dfdu->typed_data());
+}
+
+}  // namespace
+
+#define JAXEXT_LIMBDARK_CUDA_BINDING(T)         \
+  ffi::Ffi::Bind()                              \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>() \
+      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
+      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
+      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()
+
+#define JAXEXT_LIMBDARK_GRAD_CUDA_BINDING(T) \
+  JAXEXT_LIMBDARK_CUDA_BINDING(T)            \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()  \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()  \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkCudaF32, LimbdarkImpl<ffi::DataType::F32>,
+                              JAXEXT_LIMBDARK_CUDA_BINDING(F32),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkCudaF64, LimbdarkImpl<ffi::DataType::F64>,
+                              JAXEXT_LIMBDARK_CUDA_BINDING(F64),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkGradCudaF32, LimbdarkGradImpl<ffi::DataType::F32>,
+                              JAXEXT_LIMBDARK_GRAD_CUDA_BINDING(F32),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkGradCudaF64, LimbdarkGradImpl<ffi::DataType::F64>,
+                              JAXEXT_LIMBDARK_GRAD_CUDA_BINDING(F64),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace cuda
+}  // namespace jaxext
