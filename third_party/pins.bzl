@@ -84,7 +84,7 @@ CUDA_CAPABILITIES = ["sm_90"]
 # GPL-3.0: used by the benchmark only, never linked into or shipped with jaxext.
 BATMAN = {
     "version": "2.5.2",
-    "url": "https://files.pythonhosted.org/packages/source/b/batman-package/batman_package-2.5.2.tar.gz",
+    "url": "https://files.pythonhosted.org/packages/99/99/70dc1d3c143f3765514eea61ff2f068ae93ea0f51a9dcd591e723b56893e/batman_package-2.5.2.tar.gz",
     "sha256": "c97fae5485ab0baadf39d221a945692da0bcc2286ef8eab1599e739718347239",
     "strip_prefix": "batman_package-2.5.2",
 }

@@ -1,0 +1,172 @@
+"""Limb-darkened occultation benchmark: jaxext against jaxoplanet (pure JAX) and batman (C, OpenMP).
+
+All implementations evaluate the same quadratic-law fluxes at the same points (r = 0.1, b spread
+over [0, 1.2], so ~90% of the points are in transit) in one run. Prints ns per point (best of
+several runs, after compilation), the ratio to jaxext, and each implementation's worst absolute
+error against a 30-digit reference (mpmath quadrature, tests/limbdark_test.py's method) on a
+subsample that includes the contact points and b = r.
+"""
+
+import argparse
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import mpmath as mp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxext  # noqa: E402
+
+U1, U2, R = 0.4, 0.26, 0.1
+
+
+def reference(b, r, u1, u2):
+  """Relative flux by radial quadrature at 30 digits (independent of every implementation)."""
+  with mp.workdps(30):
+    b, r, u1, u2 = (mp.mpf(float(x)) for x in (b, r, u1, u2))
+
+    def intensity(rho):
+      mu = mp.sqrt(1 - rho * rho)
+      return 1 - u1 * (1 - mu) - u2 * (1 - mu) ** 2
+
+    def half_angle(rho):
+      if b == 0:
+        return mp.pi if rho < r else mp.mpf(0)
+      c = (rho * rho + b * b - r * r) / (2 * b * rho)
+      return mp.pi if c <= -1 else (mp.mpf(0) if c >= 1 else mp.acos(c))
+
+    pts = sorted({mp.mpf(0), min(abs(b - r), mp.mpf(1)), min(b + r, mp.mpf(1)), mp.mpf(1)})
+    occ = mp.quad(lambda rho: 2 * rho * intensity(rho) * half_angle(rho), pts)
+    total = mp.pi * (1 - u1 / 3 - u2 / 6)
+    return float(1 - occ / total)
+
+
+def load_batman(path):
+  loader = importlib.machinery.ExtensionFileLoader("_quadratic_ld", path)
+  spec = importlib.util.spec_from_file_location("_quadratic_ld", path, loader=loader)
+  module = importlib.util.module_from_spec(spec)
+  loader.exec_module(module)
+  return module
+
+
+def best_time(f, repeats):
+  f()
+  best = np.inf
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    f()
+    best = min(best, time.perf_counter() - t0)
+  return best
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--n", type=int, default=1_000_000)
+  parser.add_argument("--repeats", type=int, default=7)
+  parser.add_argument("--ref-points", type=int, default=300)
+  parser.add_argument("--batman", help="path to batman's _quadratic_ld extension")
+  parser.add_argument("--single-core", action="store_true",
+                      help="(internal) pin to one core and time jaxext only")
+  args = parser.parse_args()
+
+  if args.single_core:
+    print(jaxext_time(args), flush=True)
+    return
+
+  rng = np.random.default_rng(0)
+  b = rng.uniform(0.0, 1.2, args.n)
+  u = jnp.array([U1, U2])
+  print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"jax {jax.__version__}, backend {jax.default_backend()}; {args.n} points, r = {R}")
+
+  # Reference subsample: random points plus every special configuration.
+  special = np.array([0.0, R, 1 - R, 1 - R + 1e-12, 1 - R - 1e-12, 1.0, 1 + R, 1 + R - 1e-12,
+                      R + 1e-9])
+  idx = rng.choice(args.n, args.ref_points, replace=False)
+  b_ref = np.concatenate([b[idx], special])
+  print(f"computing the 30-digit reference at {len(b_ref)} points ...", flush=True)
+  want = np.array([reference(x, R, U1, U2) for x in b_ref])
+
+  rows = []
+  jx = jax.jit(lambda bb: jaxext.limb_dark_flux(bb, R, u))
+  bj = jnp.asarray(b)
+  t = best_time(lambda: jax.block_until_ready(jx(bj)), args.repeats)
+  err = np.max(np.abs(np.asarray(jx(jnp.asarray(b_ref))) - want))
+  rows.append(("jaxext (XLA CPU pool, all cores)", t, err))
+  t1 = single_core_time(args)
+  if t1 is not None:
+    rows.append(("jaxext (1 core)", t1, err))
+
+  jg = jax.jit(jax.value_and_grad(lambda bb, uu: jnp.sum(jaxext.limb_dark_flux(bb, R, uu)),
+                                  argnums=(0, 1)))
+  t = best_time(lambda: jax.block_until_ready(jg(bj, u)), args.repeats)
+  rows.append(("jaxext value + grad (b, u)", t, None))
+
+  b32 = jnp.asarray(b, jnp.float32)
+  u32 = u.astype(jnp.float32)
+  jx32 = jax.jit(lambda bb: jaxext.limb_dark_flux(bb, np.float32(R), u32))
+  t = best_time(lambda: jax.block_until_ready(jx32(b32)), args.repeats)
+  err = np.max(np.abs(np.asarray(jx32(jnp.asarray(b_ref, jnp.float32)), np.float64) - want))
+  rows.append(("jaxext float32", t, err))
+
+  try:
+    from jaxoplanet.core.limb_dark import light_curve
+    jo = jax.jit(lambda bb: light_curve(u, bb, R) + 1.0)
+    t = best_time(lambda: jax.block_until_ready(jo(bj)), args.repeats)
+    err = np.max(np.abs(np.asarray(jo(jnp.asarray(b_ref))) - want))
+    rows.append(("jaxoplanet 0.2.0 (pure JAX)", t, err))
+    jog = jax.jit(jax.value_and_grad(lambda bb, uu: jnp.sum(light_curve(uu, bb, R)),
+                                     argnums=(0, 1)))
+    t = best_time(lambda: jax.block_until_ready(jog(bj, u)), args.repeats)
+    rows.append(("jaxoplanet value + grad (b, u)", t, None))
+  except ImportError as e:
+    print(f"jaxoplanet not available: {e}")
+
+  if args.batman:
+    bat = load_batman(args.batman)
+    for threads in (1, 2):
+      t = best_time(lambda: bat._quadratic_ld(b, R, U1, U2, threads), args.repeats)
+      err = np.max(np.abs(bat._quadratic_ld(b_ref, R, U1, U2, 1) - want))
+      rows.append((f"batman 2.5.2 (C, {threads} thread{'s' if threads > 1 else ''})", t, err))
+
+  base = rows[0][1]
+  print(f"\n{'implementation':36s} {'ns/point':>10s} {'vs jaxext':>10s} {'max |error|':>12s}")
+  for name, t, err in rows:
+    ns = t / args.n * 1e9
+    e = "" if err is None else f"{err:12.1e}"
+    print(f"{name:36s} {ns:10.2f} {t / base:9.2f}x {e}")
+
+
+def jaxext_time(args):
+  rng = np.random.default_rng(0)
+  bj = jnp.asarray(rng.uniform(0.0, 1.2, args.n))
+  u = jnp.array([U1, U2])
+  jx = jax.jit(lambda bb: jaxext.limb_dark_flux(bb, R, u))
+  return best_time(lambda: jax.block_until_ready(jx(bj)), args.repeats)
+
+
+def single_core_time(args):
+  """jaxext pinned to one core, in a child process (XLA sizes its pool at start-up)."""
+  if not hasattr(os, "sched_setaffinity"):
+    return None
+  cmd = [sys.executable, os.path.abspath(__file__), "--single-core", "--n", str(args.n),
+         "--repeats", str(args.repeats)]
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+  if proc.returncode != 0:
+    print(proc.stderr[-2000:])
+    return None
+  return float(proc.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+  main()
