@@ -81,7 +81,8 @@ def main(argv=None):
   theta, cov, chi2 = fit(t, y, sigma, theta0)
   elapsed = time.perf_counter() - start
   err = np.sqrt(np.diag(np.asarray(cov)))
-  theta = np.asarray(theta)
+  theta = np.asarray(theta).copy()
+  theta[2] = abs(theta[2])  # the light curve depends on the impact parameter only through |impact|
   dof = args.points - len(theta)
   print(f"Levenberg-Marquardt: {elapsed:.2f} s (compilation included); chi2/dof = {chi2 / dof:.3f}\n")
   print(f"{'parameter':12s} {'true':>10s} {'start':>10s} {'recovered':>22s} {'pull':>7s}")

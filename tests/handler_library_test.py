@@ -15,12 +15,18 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
 import jaxext, jaxext._ffi as ffi
-assert ffi.register_all() == {"cpu": ("jaxext_kepler_f32", "jaxext_kepler_f64")}, ffi.register_all()
+assert ffi.register_all() == {"cpu": ("jaxext_kepler_f32", "jaxext_kepler_f64",
+    "jaxext_limbdark_f32", "jaxext_limbdark_f64", "jaxext_limbdark_grad_f32",
+    "jaxext_limbdark_grad_f64")}, ffi.register_all()
 assert "jaxext.cpu._cpu_ops" not in sys.modules
 m = np.linspace(-7, 7, 1001); e = np.linspace(0, 0.99, 1001)
 s, c = jax.jit(jaxext.kepler)(m, e)
 g = jax.grad(lambda a: jaxext.kepler(a, 0.3)[0])(1.0)
-np.save(sys.argv[1], np.stack([np.asarray(s), np.asarray(c), np.full(1001, float(g))]))
+b = np.linspace(0, 1.2, 1001)
+f = jaxext.limb_dark_flux(b, 0.1, np.array([0.4, 0.26]))
+fb = jax.grad(lambda x: jaxext.limb_dark_flux(x, 0.1, np.array([0.4, 0.26])).sum())(b)
+np.save(sys.argv[1], np.stack([np.asarray(s), np.asarray(c), np.full(1001, float(g)),
+                               np.asarray(f), np.asarray(fb)]))
 """
 
 
@@ -38,6 +44,11 @@ def test_handler_library_matches_extension(tmp_path):
   np.testing.assert_array_equal(got[0], np.asarray(s))
   np.testing.assert_array_equal(got[1], np.asarray(c))
   assert got[2][0] == float(jax.grad(lambda a: jaxext.kepler(a, 0.3)[0])(1.0))
+  b = np.linspace(0, 1.2, 1001)
+  u = np.array([0.4, 0.26])
+  np.testing.assert_array_equal(got[3], np.asarray(jaxext.limb_dark_flux(b, 0.1, u)))
+  np.testing.assert_array_equal(
+      got[4], np.asarray(jax.grad(lambda x: jaxext.limb_dark_flux(x, 0.1, u).sum())(b)))
 
 
 def test_bad_spec_is_a_clear_error():

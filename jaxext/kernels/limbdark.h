@@ -96,39 +96,44 @@ JAXEXT_HD double Sum3(double x, double y, double z) {
 
 // Bulirsch's complete elliptic integral
 //   cel(kc, p, a, b) = int_0^{pi/2} (a cos^2 t + b sin^2 t) / ((cos^2 t + p sin^2 t)
-//                      sqrt(cos^2 t + kc^2 sin^2 t)) dt,     kc != 0,
-// by his Gauss-transformation algorithm (Bulirsch 1969, Numer. Math. 13, 305).
-JAXEXT_HD double Cel(double kc, double p, double a, double b) {
+//                      sqrt(cos^2 t + kc^2 sin^2 t)) dt,     kc != 0, p > 0,
+// by his Gauss-transformation algorithm (Bulirsch 1969, Numer. Math. 13, 305), for three integrals
+// with one modulus kc: cel(kc, p1, a1, b1), cel(kc, 1, a2, b2), cel(kc, 1, a3, b3).
+// The Gauss transformation of the modulus (one square root per step) is shared by all three and
+// that of the characteristic p = 1 by the last two; p1 > 0.
+JAXEXT_HD void Cel3(double kc, double p1, double a1, double b1, double a2, double b2, double a3,
+                    double b3, double* c1, double* c2, double* c3) {
   kc = fabs(kc);
   double e = kc, m = 1.0;
-  if (p > 0.0) {
-    p = sqrt(p);
-    b = b / p;
-  } else {
-    double f = kc * kc;
-    double q = 1.0 - f;
-    const double g = 1.0 - p;
-    f = f - p;
-    q = q * (b - a * p);
-    p = sqrt(f / g);
-    a = (a - b) / g;
-    b = -q / (g * g * p) + a * p;
-  }
+  p1 = sqrt(p1);
+  b1 = b1 / p1;
+  double p = 1.0;
   for (int it = 0; it < 64; ++it) {
-    double f = a;
-    a = a + b / p;
-    double g = e / p;
-    b = b + f * g;
-    b = b + b;
+    const double r1 = 1.0 / p1, r = 1.0 / p;
+    const double g1 = e * r1, g = e * r;
+    double f = a1;
+    a1 = a1 + b1 * r1;
+    b1 = 2.0 * (b1 + f * g1);
+    p1 = g1 + p1;
+    f = a2;
+    a2 = a2 + b2 * r;
+    b2 = 2.0 * (b2 + f * g);
+    f = a3;
+    a3 = a3 + b3 * r;
+    b3 = 2.0 * (b3 + f * g);
     p = g + p;
-    g = m;
+    const double mold = m;
     m = kc + m;
-    if (fabs(g - kc) <= g * 1e-15) break;
-    kc = sqrt(e);
-    kc = kc + kc;
+    // Quadratic convergence: once the moduli agree to 1e-9, the step just taken left ~1e-18.
+    if (fabs(mold - kc) <= mold * 1e-9) break;
+    kc = 2.0 * sqrt(e);
     e = kc * m;
   }
-  return 0.5 * kPi * (a * m + b) / (m * (m + p));
+  const double h = 0.5 * kPi / m;
+  *c1 = h * (a1 * m + b1) / (m + p1);
+  const double h2 = h / (m + p);
+  *c2 = h2 * (a2 * m + b2);
+  *c3 = h2 * (a3 * m + b3);
 }
 
 constexpr int kMaxMoment = kMaxOrder + 3;
@@ -190,14 +195,24 @@ JAXEXT_HD void Integrals(double b, double r, int n, double* O, double* J, double
   double T[kMaxMoment + 1];
   double theta = kPi, lam = 0.0, four_delta = 0.0, k = 0.0, kc = 0.0, kcp = 0.0;
   double t_minus1;
+  // The elliptic integrals (only needed from the linear term on): T_1, T_{-1} and the
+  // third-kind integral of O_1, all with one modulus.
+  double d = fabs(b - r);
+  if (d < 1e-100) d = 1e-100;
+  double cel_pi = 0.0, cel_t1 = 0.0, cel_k = 0.0;
   if (inside) {
     T[0] = kPi;
     T[2] = a * kPi;
     const double sA = sqrt(A);
     kcp = sqrt(B / A);
     if (kcp < 1e-150) kcp = 1e-150;
-    T[1] = 2.0 * sA * Cel(kcp, 1.0, 1.0, kcp * kcp);
-    t_minus1 = 2.0 * Cel(kcp, 1.0, 1.0, 1.0) / sA;
+    if (n >= 1) {
+      const double kcp2 = kcp * kcp;
+      Cel3(kcp, (b + r) * (b + r) / (d * d), 1.0, kcp2, 1.0, kcp2, 1.0, 1.0, &cel_pi, &cel_t1,
+           &cel_k);
+    }
+    T[1] = 2.0 * sA * cel_t1;
+    t_minus1 = 2.0 * cel_k / sA;
   } else {
     four_delta = sqrt(-A * B);  // 4 x area of the triangle (star centre, occultor centre, contact)
     theta = atan2(four_delta, -a);  // angle subtended by the arc at the occultor's centre
@@ -209,8 +224,9 @@ JAXEXT_HD void Integrals(double b, double r, int n, double* O, double* J, double
     T[0] = theta;
     T[2] = a * theta + four_delta;
     const double sf = sqrt(fbr);
-    T[1] = 2.0 * (A / sf) * Cel(kc, 1.0, 1.0, 0.0);
-    t_minus1 = 2.0 * Cel(kc, 1.0, 1.0, 1.0) / sf;
+    if (n >= 1) Cel3(kc, 1.0 / (d * d), 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, &cel_pi, &cel_t1, &cel_k);
+    T[1] = 2.0 * (A / sf) * cel_t1;
+    t_minus1 = 2.0 * cel_k / sf;
   }
   const double AB = A * B;
   const bool downward = (a < 0.0) && (-B > 2.0 * A) && (-B > 0.5);
@@ -232,16 +248,14 @@ JAXEXT_HD void Integrals(double b, double r, int n, double* O, double* J, double
   O[0] = inside ? kPi * r * r : r * r * theta + lam - 0.5 * four_delta;
   // O_1.
   if (n >= 1) {
-    double d = fabs(b - r);
-    if (d < 1e-100) d = 1e-100;
     const double sg = (r >= b) ? 1.0 : -1.0;
     double term0, v1;
     if (inside) {
       term0 = 2.0 * kPi * sg;
-      v1 = -4.0 * sg * (r + b) * sqrt(A) / d * Cel(kcp, (b + r) * (b + r) / (d * d), 1.0, kcp * kcp);
+      v1 = -4.0 * sg * (r + b) * sqrt(A) / d * cel_pi;
     } else {
       term0 = 4.0 * sg * atan2((b + r) * sqrt(A), d * sqrt(-B));
-      v1 = -4.0 * sg * (r + b) * sqrt(A) * k / d * Cel(kc, 1.0 / (d * d), 1.0, 0.0);
+      v1 = -4.0 * sg * (r + b) * sqrt(A) * k / d * cel_pi;
     }
     const double arc = 0.5 * ((a + 2.0 * r * r) * Jm[1] - Jm[3]) + 0.5 * (Jm[0] - Jm[1]) +
                        0.5 * (term0 + v1);
