@@ -270,3 +270,25 @@ def test_flux_is_monotone_through_ingress():
   b = jnp.linspace(1.1, 0.9, 20001)
   f = np.asarray(jaxext.limb_dark_flux(b, 0.1, jnp.array(QUAD)))
   assert (np.diff(f) <= 1e-15).all()
+
+
+def test_vectorised_and_general_paths_agree():
+  # Laws of order <= 2 run through the CPU's lane-parallel path, higher orders through the general
+  # one: the same law written with a zero cubic coefficient must give the same fluxes and gradients.
+  rng = np.random.default_rng(3)
+  b = np.concatenate([rng.uniform(0, 2.5, 5000), [0.0, 0.9, 1.1, 0.3, 1.0, 1e-9]])
+  r = np.concatenate([np.exp(rng.uniform(np.log(1e-4), np.log(2.5), 5000)),
+                      [0.1, 0.1, 0.1, 0.3, 1.0, 1.0]])
+  for u in ([0.4, 0.26], [0.7], []):
+    u2, u3 = np.array(u), np.array(u + [0.0] * (3 - len(u)))
+    np.testing.assert_allclose(jaxext.limb_dark_flux(b, r, u2), jaxext.limb_dark_flux(b, r, u3),
+                               rtol=0, atol=2e-15)
+    f2 = lambda bb, rr: jaxext.limb_dark_flux(bb, rr, u2).sum()
+    f3 = lambda bb, rr: jaxext.limb_dark_flux(bb, rr, u3).sum()
+    for g2, g3 in zip(jax.grad(f2, argnums=(0, 1))(b, r), jax.grad(f3, argnums=(0, 1))(b, r)):
+      np.testing.assert_allclose(g2, g3, rtol=1e-12, atol=1e-12)
+  # And the lane path's tail handling: every prefix length of a block gives the same values.
+  bb = np.linspace(0.0, 1.2, 23)
+  full = np.asarray(jaxext.limb_dark_flux(bb, 0.1, np.array(QUAD)))
+  for n in range(1, 23):
+    np.testing.assert_array_equal(jaxext.limb_dark_flux(bb[:n], 0.1, np.array(QUAD)), full[:n])
