@@ -28,8 +28,9 @@ constexpr int64_t kGrain = 4096;
 #define JAXEXT_CPU_CLONES
 #endif
 
+// Always inlined into the target_clones wrappers below, so each gets its own vector code.
 template <bool kGrad, typename T>
-inline void LanesLoop(const T* b, const T* r, int64_t n, const limbdark::Law& law, T* flux,
+inline __attribute__((always_inline)) void LanesLoop(const T* b, const T* r, int64_t n, const limbdark::Law& law, T* flux,
                       T* dfdb, T* dfdr, T* dfdu) {
   const int order = law.order;
   for (int64_t i = 0; i < n; i += limbdark::kLanes) {

@@ -31,7 +31,9 @@ inline xla::ffi::Future ErrorFuture(xla::ffi::Error error) {
 // the calling thread takes the last chunk itself.
 template <typename F>
 xla::ffi::Future ParallelFor(xla::ffi::ThreadPool& pool, int64_t n, int64_t grain, F fn) {
-  const int64_t max_chunks = std::max<int64_t>(1, pool.num_threads() + 1);
+  // A few chunks per thread (the caller works too), so that uneven chunk costs and a pool that
+  // is busier than its thread count suggests still balance.
+  const int64_t max_chunks = std::max<int64_t>(1, 4 * (pool.num_threads() + 1));
   const int64_t chunks = std::min<int64_t>(max_chunks, std::max<int64_t>(1, n / grain));
   if (chunks <= 1) {
     fn(int64_t{0}, n);

@@ -167,8 +167,11 @@ JAXEXT_HD void MillerChain(int parity, int top, double a, double AB, double rati
 
 // Occulted fluxes O[0..n] of z^m and, if kGrad, the arc moments J[0..n], K[0..n] (J and K are
 // zero when the disks do not overlap or the occultor covers the whole star).
+// Returns kHidden when the occultor covers the star, otherwise kVisible.
+enum Regime { kVisible = 0, kHidden = 1 };
+
 template <bool kGrad>
-JAXEXT_HD void Integrals(double b, double r, int n, double* O, double* J, double* K) {
+JAXEXT_HD Regime Integrals(double b, double r, int n, double* O, double* J, double* K) {
   const double p = Sum3(1.0, b, -r);  // 1 + b - r
   const double q = Sum3(1.0, -b, r);  // 1 - b + r
   for (int m = 0; m <= n; ++m) {
@@ -178,10 +181,10 @@ JAXEXT_HD void Integrals(double b, double r, int n, double* O, double* J, double
       K[m] = 0.0;
     }
   }
-  if (q <= 0.0 || IsInf(b)) return;  // b >= 1 + r: no overlap
-  if (p <= 0.0 || IsInf(r)) {        // r >= 1 + b: the star is hidden
+  if (q <= 0.0 || IsInf(b)) return kVisible;  // b >= 1 + r: no overlap
+  if (p <= 0.0 || IsInf(r)) {                 // r >= 1 + b: the star is hidden
     for (int m = 0; m <= n; ++m) O[m] = 2.0 * kPi / (m + 2);
-    return;
+    return kHidden;
   }
   const double A = p * q;
   const double D = Sum3(1.0, -b, -r);  // 1 - b - r
@@ -265,7 +268,7 @@ JAXEXT_HD void Integrals(double b, double r, int n, double* O, double* J, double
     const double s = 0.5 * ((a + 2.0 * r * r) * Jm[m] - Jm[m + 2]);
     O[m] = (s + m * O[m - 2]) / (m + 2);
   }
-  if (!kGrad) return;
+  if (!kGrad) return kVisible;
 
   for (int m = 0; m <= n; ++m) J[m] = Jm[m];
   K[0] = inside ? 0.0 : -four_delta / (b * r);
@@ -296,6 +299,7 @@ JAXEXT_HD void Integrals(double b, double r, int n, double* O, double* J, double
       for (int m = 0; m + 2 <= n; ++m) K[m + 2] = (m + 2) * (a * K[m] - c * Jm[m]) / (m + 4);
     }
   }
+  return kVisible;
 }
 
 }  // namespace detail
@@ -316,11 +320,11 @@ JAXEXT_HD void Evaluate(double b, double r, const Law& law, double* flux, double
     return;
   }
   double O[kMaxOrder + 1], J[kMaxOrder + 1], K[kMaxOrder + 1];
-  detail::Integrals<kGrad>(b, r, n, O, J, K);
+  const detail::Regime regime = detail::Integrals<kGrad>(b, r, n, O, J, K);
   double occ = 0.0;
   for (int m = 0; m <= n; ++m) occ += law.a[m] * O[m];
   const double inv_total = 1.0 / law.total;
-  const double deficit = occ * inv_total;
+  const double deficit = (regime == detail::kHidden) ? 1.0 : occ * inv_total;
   *flux = 1.0 - deficit;
   if (!kGrad) return;
   double ij = 0.0, ik = 0.0;
@@ -393,9 +397,11 @@ JAXEXT_HD double Atan2NonNeg(double y, double x) {
   return x < 0.0 ? kPi - at : at;
 }
 
+// Always inlined, so that each target_clones variant of the caller gets its own vector code.
 template <bool kGrad, typename T>
-void EvaluateLanes(const T* bin, const T* rin, int count, const Law& law, T* flux, T* dfdb,
-                   T* dfdr, T* dfdu) {
+inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* rin, int count,
+                                                         const Law& law, T* flux, T* dfdb,
+                                                         T* dfdr, T* dfdu) {
   const int n = law.order;  // <= 2
   double b[kLanes], r[kLanes], A[kLanes], B[kLanes], a[kLanes], d[kLanes], fd[kLanes];
   double theta[kLanes], lam[kLanes], term0[kLanes], k[kLanes], sA[kLanes], sf[kLanes], sB[kLanes];
@@ -549,26 +555,28 @@ void EvaluateLanes(const T* bin, const T* rin, int count, const Law& law, T* flu
     const double o0 = no ? 0.0 : (tot ? kPi : O0[l]);
     const double o1 = no ? 0.0 : (tot ? 2.0 * kPi / 3.0 : O1[l]);
     const double o2 = no ? 0.0 : (tot ? 0.5 * kPi : O2[l]);
-    const double deficit = (a0 * o0 + a1 * o1 + a2 * o2) * inv_total;
+    const double deficit = tot ? 1.0 : (a0 * o0 + a1 * o1 + a2 * o2) * inv_total;
     if (l < count) flux[l] = static_cast<T>(1.0 - deficit);
     if (kGrad) {
       const bool zero = no || tot;
       const double bb = b[l], rr = r[l], aa = a[l], c = 2.0 * bb * rr;
       const double K0 = inside[l] ? 0.0 : -fd[l] / (bb * rr);
       double K1;
-      if (inside[l] && c < 0.1 * aa) {
-        // int (a - c sin phi)^{1/2} sin phi dphi over the circle: series in x = c / a.
+      if (inside[l] && c < 0.1 * aa) {  // (if-converted: both sides are cheap)
+        // int (a - c sin phi)^{1/2} sin phi dphi over the circle as a series in x = c / a:
+        // -2 pi sqrt(a) sum_{j odd} C(1/2, j) j!!/(j+1)!! x^j, ten terms (x < 0.1: < 1e-21).
         const double x = c / aa, x2 = x * x;
-        // Coefficients binom(1/2, j) * j!! / (j + 1)!! for j = 1, 3, ..., 19 (times -x^j).
-        double sum = 0.0, pw = -x, coef = 0.5, w = 0.5;
-        for (int j = 1; j < 20; j += 2) {
-          sum += coef * pw * w;
-          // advance binom(1/2, j) -> binom(1/2, j + 2) and w = j!!/(j+1)!! -> (j+2)!!/(j+3)!!
-          coef *= (0.5 - j) / (j + 1) * (0.5 - (j + 1)) / (j + 2);
-          w *= static_cast<double>(j + 2) / (j + 3);
-          pw *= x2;
-        }
-        K1 = 2.0 * kPi * sqrt(aa) * sum;
+        double sum = 0.0006123339034241893;
+        sum = sum * x2 + 0.000763429282191197;
+        sum = sum * x2 + 0.0009782764550436696;
+        sum = sum * x2 + 0.0012985714129172266;
+        sum = sum * x2 + 0.0018067080527544022;
+        sum = sum * x2 + 0.0026848912239074707;
+        sum = sum * x2 + 0.004405975341796875;
+        sum = sum * x2 + 0.008544921875;
+        sum = sum * x2 + 0.0234375;
+        sum = sum * x2 + 0.25;
+        K1 = -2.0 * kPi * sqrt(aa) * x * sum;
       } else {
         K1 = c == 0.0 ? 0.0 : (aa * J1[l] - J3[l]) / c;
       }
