@@ -28,14 +28,15 @@ import jaxext  # noqa: E402
 U1, U2, R = 0.4, 0.26, 0.1
 
 
-def reference(b, r, u1, u2):
+def reference(b, r, *u):
   """Relative flux by radial quadrature at 30 digits (independent of every implementation)."""
   with mp.workdps(30):
-    b, r, u1, u2 = (mp.mpf(float(x)) for x in (b, r, u1, u2))
+    b, r = mp.mpf(float(b)), mp.mpf(float(r))
+    u = [mp.mpf(float(x)) for x in u]
 
     def intensity(rho):
       mu = mp.sqrt(1 - rho * rho)
-      return 1 - u1 * (1 - mu) - u2 * (1 - mu) ** 2
+      return 1 - sum(uj * (1 - mu) ** (j + 1) for j, uj in enumerate(u))
 
     def half_angle(rho):
       if b == 0:
@@ -45,8 +46,29 @@ def reference(b, r, u1, u2):
 
     pts = sorted({mp.mpf(0), min(abs(b - r), mp.mpf(1)), min(b + r, mp.mpf(1)), mp.mpf(1)})
     occ = mp.quad(lambda rho: 2 * rho * intensity(rho) * half_angle(rho), pts)
-    total = mp.pi * (1 - u1 / 3 - u2 / 6)
+    total = mp.quad(lambda rho: 2 * mp.pi * rho * intensity(rho), [0, 1])
     return float(1 - occ / total)
+
+
+def accuracy_table(batman):
+  """Worst absolute error over every regime, for several radii and two laws."""
+  from jaxoplanet.core.limb_dark import light_curve
+  laws = {"quadratic": (U1, U2), "quartic": (0.3, 0.2, -0.1, 0.05)}
+  print(f"\nworst |error| against the reference, per radius ratio (b over all regimes):")
+  print(f"{'law':10s} {'r':>6s} {'jaxext':>10s} {'jaxoplanet':>11s} {'batman':>10s}")
+  rng = np.random.default_rng(1)
+  for law, u in laws.items():
+    for r in (0.01, 0.1, 0.3, 0.7, 2.0):
+      lo, hi = max(0.0, r - 1.0), 1.0 + r
+      b = np.concatenate([[0.0, r, abs(1 - r), abs(1 - r) + 1e-9, 1.0, 1 + r - 1e-9],
+                          rng.uniform(lo, hi, 24)])
+      want = np.array([reference(x, r, *u) for x in b])
+      ua = jnp.array(u)
+      e_jx = np.max(np.abs(np.asarray(jaxext.limb_dark_flux(b, r, ua)) - want))
+      e_jo = np.max(np.abs(np.asarray(light_curve(ua, jnp.asarray(b), r)) + 1 - want))
+      e_bm = (np.max(np.abs(batman._quadratic_ld(b, r, u[0], u[1], 1) - want))
+              if batman is not None and len(u) == 2 else float("nan"))
+      print(f"{law:10s} {r:6.2f} {e_jx:10.1e} {e_jo:11.1e} {e_bm:10.1e}")
 
 
 def load_batman(path):
@@ -73,6 +95,7 @@ def main():
   parser.add_argument("--repeats", type=int, default=7)
   parser.add_argument("--ref-points", type=int, default=300)
   parser.add_argument("--batman", help="path to batman's _quadratic_ld extension")
+  parser.add_argument("--no-accuracy-table", action="store_true")
   parser.add_argument("--single-core", action="store_true",
                       help="(internal) pin to one core and time jaxext only")
   args = parser.parse_args()
@@ -94,6 +117,7 @@ def main():
   b_ref = np.concatenate([b[idx], special])
   print(f"computing the 30-digit reference at {len(b_ref)} points ...", flush=True)
   want = np.array([reference(x, R, U1, U2) for x in b_ref])
+  bat = load_batman(args.batman) if args.batman else None
 
   rows = []
   jx = jax.jit(lambda bb: jaxext.limb_dark_flux(bb, R, u))
@@ -130,8 +154,7 @@ def main():
   except ImportError as e:
     print(f"jaxoplanet not available: {e}")
 
-  if args.batman:
-    bat = load_batman(args.batman)
+  if bat is not None:
     for threads in (1, 2):
       t = best_time(lambda: bat._quadratic_ld(b, R, U1, U2, threads), args.repeats)
       err = np.max(np.abs(bat._quadratic_ld(b_ref, R, U1, U2, 1) - want))
@@ -143,6 +166,8 @@ def main():
     ns = t / args.n * 1e9
     e = "" if err is None else f"{err:12.1e}"
     print(f"{name:36s} {ns:10.2f} {t / base:9.2f}x {e}")
+  if not args.no_accuracy_table:
+    accuracy_table(bat)
 
 
 def jaxext_time(args):
