@@ -11,7 +11,8 @@ grep -q "sm_90" <<<"$elf" || { echo "FAIL: no sm_90 machine code in $module"; ex
 grep -q "sm_90" <<<"$ptx" || { echo "FAIL: no compute_90 PTX in $module"; exit 1; }
 exported=$(nm -D --defined-only "$handlers")
 echo "$exported"
-for sym in JaxextKeplerCudaF32 JaxextKeplerCudaF64; do
+for sym in JaxextKeplerCudaF32 JaxextKeplerCudaF64 JaxextLimbdarkCudaF32 JaxextLimbdarkCudaF64 \
+    JaxextLimbdarkGradCudaF32 JaxextLimbdarkGradCudaF64; do
   grep -q " T $sym\$" <<<"$exported" || { echo "FAIL: $handlers does not export $sym"; exit 1; }
 done
 echo "PASS"

@@ -21,7 +21,12 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   assert r.returncode == 0, r.stdout + r.stderr
   report = json.loads((tmp_path / "gpu_checks.json").read_text())
   assert report["checks"] and all(report["checks"].values()), report["checks"]
-  assert len(report["checks"]) == 10
-  assert {row["dtype"] for row in report["bench"]} == {"float32", "float64"}
-  for row in report["bench"]:
+  assert len(report["checks"]) == 17  # 10 Kepler + 7 limbdark
+  kepler = [row for row in report["bench"] if "op" not in row]
+  limbdark = [row for row in report["bench"] if row.get("op") == "limbdark"]
+  assert {row["dtype"] for row in kepler} == {"float32", "float64"}
+  assert {row["dtype"] for row in limbdark} == {"float32", "float64"}
+  for row in kepler:
     assert row["jaxext_GBps"] > 0 and row["copy_GBps"] > 0 and row["speedup_vs_pure_jax"] > 0
+  for row in limbdark:
+    assert row["ns_per_point"] > 0 and row["value_and_grad_ns_per_point"] > 0
