@@ -292,3 +292,20 @@ def test_vectorised_and_general_paths_agree():
   full = np.asarray(jaxext.limb_dark_flux(bb, 0.1, np.array(QUAD)))
   for n in range(1, 23):
     np.testing.assert_array_equal(jaxext.limb_dark_flux(bb[:n], 0.1, np.array(QUAD)), full[:n])
+
+
+def test_handler_errors_surface_as_exceptions():
+  # Calling the FFI targets directly with inconsistent buffers: the handler answers with an FFI
+  # error, which reaches Python as an exception (never a crash).
+  out = jax.ShapeDtypeStruct((6,), np.float64)
+  call = jax.ffi.ffi_call("jaxext_limbdark_f64", out)
+  with pytest.raises(Exception, match="do not divide"):
+    jax.block_until_ready(call(np.ones(6), np.ones(6), np.ones((4, 2))))
+  with pytest.raises(Exception, match="exceeds the maximum"):
+    jax.block_until_ready(call(np.ones(6), np.ones(6), np.ones((1, 17))))
+  with pytest.raises(Exception, match="b and r differ"):
+    jax.block_until_ready(call(np.ones(6), np.ones(5), np.ones((1, 2))))
+  grad_call = jax.ffi.ffi_call("jaxext_limbdark_grad_f64", (out, out, out,
+                                                            jax.ShapeDtypeStruct((6, 3), np.float64)))
+  with pytest.raises(Exception, match="wrong size"):
+    jax.block_until_ready(grad_call(np.ones(6), np.ones(6), np.ones((1, 2))))
