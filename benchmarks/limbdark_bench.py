@@ -160,12 +160,30 @@ def main():
       err = np.max(np.abs(bat._quadratic_ld(b_ref, R, U1, U2, 1) - want))
       rows.append((f"batman 2.5.2 (C, {threads} thread{'s' if threads > 1 else ''})", t, err))
 
+  # A light curve: sorted times, b(t) = sqrt(0.3^2 + x^2) for x in [-3, 3] (35% in transit), so
+  # neighbouring points share a regime as in real data.
+  x = np.linspace(-3.0, 3.0, args.n)
+  b_lc = np.sqrt(0.09 + x * x)
+  blc = jnp.asarray(b_lc)
+  lc_rows = [("jaxext", best_time(lambda: jax.block_until_ready(jx(blc)), args.repeats))]
+  try:
+    lc_rows.append(("jaxoplanet", best_time(lambda: jax.block_until_ready(jo(blc)), args.repeats)))
+  except NameError:
+    pass
+  if bat is not None:
+    for threads in (1, 2):
+      lc_rows.append((f"batman, {threads} thread{'s' if threads > 1 else ''}",
+                      best_time(lambda: bat._quadratic_ld(b_lc, R, U1, U2, threads), args.repeats)))
+
   base = rows[0][1]
   print(f"\n{'implementation':36s} {'ns/point':>10s} {'vs jaxext':>10s} {'max |error|':>12s}")
   for name, t, err in rows:
     ns = t / args.n * 1e9
     e = "" if err is None else f"{err:12.1e}"
     print(f"{name:36s} {ns:10.2f} {t / base:9.2f}x {e}")
+  print(f"\nlight curve (sorted b, 35% in transit): ns/point")
+  for name, t in lc_rows:
+    print(f"{name:36s} {t / args.n * 1e9:10.2f} {t / lc_rows[0][1]:9.2f}x")
   if not args.no_accuracy_table:
     accuracy_table(bat)
 

@@ -287,6 +287,14 @@ def test_vectorised_and_general_paths_agree():
     f3 = lambda bb, rr: jaxext.limb_dark_flux(bb, rr, u3).sum()
     for g2, g3 in zip(jax.grad(f2, argnums=(0, 1))(b, r), jax.grad(f3, argnums=(0, 1))(b, r)):
       np.testing.assert_allclose(g2, g3, rtol=1e-12, atol=1e-12)
+  # Sorted light-curve-like input, so that whole blocks are out of transit (skipped early) or
+  # entirely inside the disk.
+  x = np.linspace(-2.0, 2.0, 4001)
+  blc = np.sqrt(0.09 + x * x)
+  for rr in (0.1, 1.5):
+    np.testing.assert_allclose(jaxext.limb_dark_flux(blc, rr, np.array(QUAD)),
+                               jaxext.limb_dark_flux(blc, rr, np.array(QUAD + (0.0,))),
+                               rtol=0, atol=2e-15)
   # And the lane path's tail handling: every prefix length of a block gives the same values.
   bb = np.linspace(0.0, 1.2, 23)
   full = np.asarray(jaxext.limb_dark_flux(bb, 0.1, np.array(QUAD)))

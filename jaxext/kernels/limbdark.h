@@ -412,9 +412,22 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
   double ca2[kLanes], cb2[kLanes], ca3[kLanes], cb3[kLanes];
   int64_t done[kLanes];
   double bin_d[kLanes], rin_d[kLanes];
+  int64_t clearly_apart = 0;  // b > 1 + r beyond rounding: flux 1, whatever the path
   for (int l = 0; l < kLanes; ++l) {
     bin_d[l] = l < count ? static_cast<double>(bin[l]) : 2.0;
     rin_d[l] = l < count ? static_cast<double>(rin[l]) : 0.5;
+    clearly_apart += (bin_d[l] > rin_d[l] + 1.0 + 4e-16 * (bin_d[l] + rin_d[l] + 1.0)) ? 1 : 0;
+  }
+  if (clearly_apart == kLanes) {  // a whole block out of transit (most of a light curve)
+    for (int l = 0; l < count; ++l) {
+      flux[l] = static_cast<T>(1.0);
+      if (kGrad) {
+        dfdb[l] = static_cast<T>(0.0);
+        dfdr[l] = static_cast<T>(0.0);
+        for (int j = 0; j < n; ++j) dfdu[l * n + j] = static_cast<T>(0.0);
+      }
+    }
+    return;
   }
 
   JAXEXT_LANES {
@@ -428,8 +441,9 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     none[l] = q <= 0.0;
     total[l] = p <= 0.0;
     inside[l] = BB >= 0.0;
+    // Evaluate's downward-recurrence regime (see Integrals) only matters where the disks overlap.
     slow[l] = !(bb >= 0.0) || !(rr > 0.0) || detail::IsInf(bb) || detail::IsInf(rr) ||
-              ((aa < 0.0) && (-BB > 2.0 * AA) && (-BB > 0.5));
+              (!none[l] && !total[l] && (aa < 0.0) && (-BB > 2.0 * AA) && (-BB > 0.5));
     // Stand-in geometry (partial overlap) for lanes whose result is set otherwise.
     const bool stand_in = none[l] || total[l] || slow[l];
     bb = stand_in ? 0.9 : bb;
@@ -472,11 +486,22 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     cb3[l] = 1.0;
     done[l] = 0;
   }
-  JAXEXT_LANES {
-    theta[l] = Atan2NonNeg(fd[l], -a[l]);
-    lam[l] = inside[l] ? 0.0 : Atan2NonNeg(fd[l], a[l] + 2.0 * b[l] * b[l]);
-    const double t0 = Atan2NonNeg((b[l] + r[l]) * sA[l], d[l] * sB[l]);
-    term0[l] = inside[l] ? 0.5 * kPi : t0;
+  // The arctangents are only needed where the occultor crosses the limb.
+  int64_t crossing = 0;
+  for (int l = 0; l < kLanes; ++l) crossing += inside[l] ? 0 : 1;
+  if (crossing == 0) {
+    JAXEXT_LANES {
+      theta[l] = kPi;
+      lam[l] = 0.0;
+      term0[l] = 0.5 * kPi;
+    }
+  } else {
+    JAXEXT_LANES {
+      theta[l] = Atan2NonNeg(fd[l], -a[l]);
+      lam[l] = inside[l] ? 0.0 : Atan2NonNeg(fd[l], a[l] + 2.0 * b[l] * b[l]);
+      const double t0 = Atan2NonNeg((b[l] + r[l]) * sA[l], d[l] * sB[l]);
+      term0[l] = inside[l] ? 0.5 * kPi : t0;
+    }
   }
   if (n >= 1) {
     for (int it = 0; it < 64; ++it) {
