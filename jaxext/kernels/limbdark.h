@@ -442,10 +442,15 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     total[l] = p <= 0.0;
     inside[l] = BB >= 0.0;
     // Evaluate's downward-recurrence regime (see Integrals) only matters where the disks overlap.
-    slow[l] = !(bb >= 0.0) || !(rr > 0.0) || detail::IsInf(bb) || detail::IsInf(rr) ||
-              (!none[l] && !total[l] && (aa < 0.0) && (-BB > 2.0 * AA) && (-BB > 0.5));
+    // (Bitwise, not short-circuit, operators: no control flow, so the loop vectorises.)
+    const int64_t bad = static_cast<int64_t>(!(bb >= 0.0)) | static_cast<int64_t>(!(rr > 0.0)) |
+                        static_cast<int64_t>(fabs(bb) > 1.7976931348623157e308) |
+                        static_cast<int64_t>(fabs(rr) > 1.7976931348623157e308);
+    const int64_t downward = (1 - none[l]) & (1 - total[l]) & static_cast<int64_t>(aa < 0.0) &
+                             static_cast<int64_t>(-BB > 2.0 * AA) & static_cast<int64_t>(-BB > 0.5);
+    slow[l] = bad | downward;
     // Stand-in geometry (partial overlap) for lanes whose result is set otherwise.
-    const bool stand_in = none[l] || total[l] || slow[l];
+    const bool stand_in = (none[l] | total[l] | slow[l]) != 0;
     bb = stand_in ? 0.9 : bb;
     rr = stand_in ? 0.2 : rr;
     b[l] = bb;
