@@ -440,7 +440,6 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     const double aa = 0.5 * (AA + BB);
     none[l] = q <= 0.0;
     total[l] = p <= 0.0;
-    inside[l] = BB >= 0.0;
     // Evaluate's downward-recurrence regime (see Integrals) only matters where the disks overlap.
     // (Bitwise, not short-circuit, operators: no control flow, so the loop vectorises.)
     const int64_t bad = static_cast<int64_t>(!(bb >= 0.0)) | static_cast<int64_t>(!(rr > 0.0)) |
@@ -449,16 +448,15 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     const int64_t downward = (1 - none[l]) & (1 - total[l]) & static_cast<int64_t>(aa < 0.0) &
                              static_cast<int64_t>(-BB > 2.0 * AA) & static_cast<int64_t>(-BB > 0.5);
     slow[l] = bad | downward;
-    // Stand-in geometry (partial overlap) for lanes whose result is set otherwise.
+    // Stand-in geometry (b, r) = (0.9, 0.2), a partial overlap, for lanes whose result is set
+    // otherwise: A = 1.7 * 0.3, B = -0.1 * 2.1.
     const bool stand_in = (none[l] | total[l] | slow[l]) != 0;
     bb = stand_in ? 0.9 : bb;
     rr = stand_in ? 0.2 : rr;
     b[l] = bb;
     r[l] = rr;
-    const double p2 = detail::Sum3(1.0, bb, -rr);
-    const double q2 = detail::Sum3(1.0, -bb, rr);
-    A[l] = p2 * q2;
-    B[l] = detail::Sum3(1.0, -bb, -rr) * (1.0 + bb + rr);
+    A[l] = stand_in ? 0.51 : AA;
+    B[l] = stand_in ? -0.21 : BB;
     a[l] = 0.5 * (A[l] + B[l]);
     const double dd = fabs(bb - rr);
     d[l] = dd < 1e-100 ? 1e-100 : dd;
