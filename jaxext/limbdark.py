@@ -9,7 +9,8 @@ terms; see jaxext/kernels/limbdark.h), to ~1e-15 absolute in float64.
 
 The primitive `limbdark_p` is defined as jaxlib defines its LAPACK/cuSOLVER primitives:
 
-* operands b[S], r[S] (same shape and dtype) and u[L + (n,)] where L is a leading prefix of S
+* operands b[S], r[S] or r[] (shared radius), same dtype, and u[L + (n,)] where L is a leading
+  prefix of S
   (point i of the row-major flattening uses row i // (size(S) / size(L)) of u);
 * parameter `grad`: False -> (flux[S],); True -> (flux, dflux/db, dflux/dr, dflux/du[S + (n,)]),
   all computed analytically by the kernel;
@@ -80,7 +81,8 @@ def limb_dark_flux(b, r, u):
         f"b of shape {jnp.shape(b)}, r of shape {jnp.shape(r)} and u of shape {u.shape} "
         "(leading axes) cannot be broadcast together") from err
   b = jnp.broadcast_to(b.astype(dtype), shape)
-  r = jnp.broadcast_to(r.astype(dtype), shape)
+  # A scalar radius stays a scalar: the kernel broadcasts it (no array of copies is materialised).
+  r = r.astype(dtype) if r.ndim == 0 else jnp.broadcast_to(r.astype(dtype), shape)
   # u's batch axes, right-aligned against `shape`: keep the leading axes up to the last one that
   # is not 1 (the kernel indexes u by a prefix of the point index), broadcast those to `shape`.
   lead = (1,) * (len(shape) - (u.ndim - 1)) + u.shape[:-1]
@@ -108,9 +110,9 @@ def quadratic_limb_dark_flux(b, r, u1, u2):
 
 
 def _abstract_eval(b, r, u, *, grad):
-  if b.shape != r.shape or b.dtype != r.dtype or u.dtype != b.dtype:
+  if (r.shape not in (b.shape, ())) or b.dtype != r.dtype or u.dtype != b.dtype:
     raise TypeError(
-        "limbdark_p expects b and r of equal shape and b, r, u of one dtype; got "
+        "limbdark_p expects r of b's shape or a scalar r, and b, r, u of one dtype; got "
         f"b {b.dtype}{list(b.shape)}, r {r.dtype}{list(r.shape)}, u {u.dtype}{list(u.shape)}")
   if np.dtype(b.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
     raise TypeError(f"limbdark_p supports float32 and float64; got {b.dtype}")
@@ -176,7 +178,12 @@ def _batch(args, dims, *, grad):
   db, dr, du = dims
   size = next(x.shape[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
   b = batching.bdim_at_front(b, db, size)
-  r = batching.bdim_at_front(r, dr, size)
+  if dr is batching.not_mapped and r.ndim == 0:
+    pass  # still one radius for every point
+  else:
+    r = batching.bdim_at_front(r, dr, size)
+    if r.shape != b.shape:  # a batched scalar radius: one per batch element
+      r = jnp.broadcast_to(r.reshape((size,) + (1,) * (b.ndim - 1)), b.shape)
   if du is batching.not_mapped:
     # u's leading axes must stay a prefix of the (now batched) point shape.
     u = jnp.broadcast_to(u, (size,) + u.shape)

@@ -317,3 +317,22 @@ def test_handler_errors_surface_as_exceptions():
                                                             jax.ShapeDtypeStruct((6, 3), np.float64)))
   with pytest.raises(Exception, match="wrong size"):
     jax.block_until_ready(grad_call(np.ones(6), np.ones(6), np.ones((1, 2))))
+
+
+def test_scalar_radius_is_broadcast_by_the_kernel():
+  b = jnp.linspace(0.0, 1.3, 1001)
+  u = jnp.array(QUAD)
+  shared = jaxext.limb_dark_flux(b, 0.1, u)
+  full = jaxext.limb_dark_flux(b, jnp.full_like(b, 0.1), u)
+  np.testing.assert_array_equal(shared, full)
+  g_shared = jax.grad(lambda r: jaxext.limb_dark_flux(b, r, u).sum())(0.1)
+  g_full = jax.grad(lambda r: jaxext.limb_dark_flux(b, r, u).sum())(jnp.full_like(b, 0.1))
+  np.testing.assert_allclose(g_shared, g_full.sum(), rtol=1e-12)
+  # vmap over the (scalar) radius, with b shared or batched too.
+  rs = jnp.array([0.05, 0.1, 0.2])
+  v = jax.vmap(lambda r: jaxext.limb_dark_flux(b, r, u))(rs)
+  v2 = jax.vmap(jaxext.limb_dark_flux, in_axes=(0, 0, None))(jnp.stack([b] * 3), rs, u)
+  for i in range(3):
+    want = jaxext.limb_dark_flux(b, jnp.full_like(b, rs[i]), u)
+    np.testing.assert_array_equal(v[i], want)
+    np.testing.assert_array_equal(v2[i], want)

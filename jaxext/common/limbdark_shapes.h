@@ -14,9 +14,10 @@ struct LimbdarkShape {
   int64_t points;  // P
   int64_t groups;  // G: rows of u
   int order;       // n: columns of u
+  int64_t r_stride;  // 1: one radius per point; 0: one radius for all points
 };
 
-// b and r hold P elements each, u is [G, n] with G dividing P (G >= 1 when P > 0), n <= kMaxOrder.
+// b holds P elements, r P or 1 (shared), u is [G, n] with G dividing P (G >= 1 when P > 0), n <= kMaxOrder.
 inline xla::ffi::Error GetLimbdarkShape(size_t b_count, size_t r_count,
                                         xla::ffi::Span<const int64_t> u_dims, LimbdarkShape* shape) {
   if (u_dims.size() < 1) {
@@ -26,7 +27,7 @@ inline xla::ffi::Error GetLimbdarkShape(size_t b_count, size_t r_count,
   int64_t groups = 1;
   for (size_t i = 0; i + 1 < u_dims.size(); ++i) groups *= u_dims[i];
   const int64_t points = static_cast<int64_t>(b_count);
-  if (static_cast<int64_t>(r_count) != points) {
+  if (static_cast<int64_t>(r_count) != points && r_count != 1) {
     return xla::ffi::Error::InvalidArgument("jaxext limbdark: b and r differ in size");
   }
   if (n > limbdark::kMaxOrder) {
@@ -42,6 +43,7 @@ inline xla::ffi::Error GetLimbdarkShape(size_t b_count, size_t r_count,
   shape->points = points;
   shape->groups = groups;
   shape->order = static_cast<int>(n);
+  shape->r_stride = (static_cast<int64_t>(r_count) == points) ? 1 : 0;
   return xla::ffi::Error::Success();
 }
 

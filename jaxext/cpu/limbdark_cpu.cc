@@ -30,56 +30,59 @@ constexpr int64_t kGrain = 4096;
 
 // Always inlined into the target_clones wrappers below, so each gets its own vector code.
 template <bool kGrad, typename T>
-inline __attribute__((always_inline)) void LanesLoop(const T* b, const T* r, int64_t n, const limbdark::Law& law, T* flux,
-                      T* dfdb, T* dfdr, T* dfdu) {
+inline __attribute__((always_inline)) void LanesLoop(const T* b, const T* r, int64_t rs, int64_t n,
+                                                     const limbdark::Law& law, T* flux, T* dfdb,
+                                                     T* dfdr, T* dfdu) {
   const int order = law.order;
   for (int64_t i = 0; i < n; i += limbdark::kLanes) {
     const int count = static_cast<int>(n - i < limbdark::kLanes ? n - i : limbdark::kLanes);
-    limbdark::EvaluateLanes<kGrad, T>(b + i, r + i, count, law, flux + i,
+    limbdark::EvaluateLanes<kGrad, T>(b + i, r + i * rs, rs, count, law, flux + i,
                                       kGrad ? dfdb + i : nullptr, kGrad ? dfdr + i : nullptr,
                                       kGrad ? dfdu + i * order : nullptr);
   }
 }
 
-JAXEXT_CPU_CLONES void LanesF64(const double* b, const double* r, int64_t n,
+JAXEXT_CPU_CLONES void LanesF64(const double* b, const double* r, int64_t rs, int64_t n,
                                 const limbdark::Law& law, double* flux) {
-  LanesLoop<false, double>(b, r, n, law, flux, nullptr, nullptr, nullptr);
+  LanesLoop<false, double>(b, r, rs, n, law, flux, nullptr, nullptr, nullptr);
 }
-JAXEXT_CPU_CLONES void LanesF32(const float* b, const float* r, int64_t n, const limbdark::Law& law,
-                                float* flux) {
-  LanesLoop<false, float>(b, r, n, law, flux, nullptr, nullptr, nullptr);
+JAXEXT_CPU_CLONES void LanesF32(const float* b, const float* r, int64_t rs, int64_t n,
+                                const limbdark::Law& law, float* flux) {
+  LanesLoop<false, float>(b, r, rs, n, law, flux, nullptr, nullptr, nullptr);
 }
-JAXEXT_CPU_CLONES void LanesGradF64(const double* b, const double* r, int64_t n,
+JAXEXT_CPU_CLONES void LanesGradF64(const double* b, const double* r, int64_t rs, int64_t n,
                                     const limbdark::Law& law, double* flux, double* dfdb,
                                     double* dfdr, double* dfdu) {
-  LanesLoop<true, double>(b, r, n, law, flux, dfdb, dfdr, dfdu);
+  LanesLoop<true, double>(b, r, rs, n, law, flux, dfdb, dfdr, dfdu);
 }
-JAXEXT_CPU_CLONES void LanesGradF32(const float* b, const float* r, int64_t n,
+JAXEXT_CPU_CLONES void LanesGradF32(const float* b, const float* r, int64_t rs, int64_t n,
                                     const limbdark::Law& law, float* flux, float* dfdb,
                                     float* dfdr, float* dfdu) {
-  LanesLoop<true, float>(b, r, n, law, flux, dfdb, dfdr, dfdu);
+  LanesLoop<true, float>(b, r, rs, n, law, flux, dfdb, dfdr, dfdu);
 }
 
-inline void Lanes(const double* b, const double* r, int64_t n, const limbdark::Law& law,
-                  double* flux, double*, double*, double*, std::false_type) {
-  LanesF64(b, r, n, law, flux);
+inline void Lanes(const double* b, const double* r, int64_t rs, int64_t n,
+                  const limbdark::Law& law, double* flux, double*, double*, double*,
+                  std::false_type) {
+  LanesF64(b, r, rs, n, law, flux);
 }
-inline void Lanes(const float* b, const float* r, int64_t n, const limbdark::Law& law, float* flux,
-                  float*, float*, float*, std::false_type) {
-  LanesF32(b, r, n, law, flux);
+inline void Lanes(const float* b, const float* r, int64_t rs, int64_t n, const limbdark::Law& law,
+                  float* flux, float*, float*, float*, std::false_type) {
+  LanesF32(b, r, rs, n, law, flux);
 }
-inline void Lanes(const double* b, const double* r, int64_t n, const limbdark::Law& law,
-                  double* flux, double* dfdb, double* dfdr, double* dfdu, std::true_type) {
-  LanesGradF64(b, r, n, law, flux, dfdb, dfdr, dfdu);
+inline void Lanes(const double* b, const double* r, int64_t rs, int64_t n,
+                  const limbdark::Law& law, double* flux, double* dfdb, double* dfdr,
+                  double* dfdu, std::true_type) {
+  LanesGradF64(b, r, rs, n, law, flux, dfdb, dfdr, dfdu);
 }
-inline void Lanes(const float* b, const float* r, int64_t n, const limbdark::Law& law, float* flux,
-                  float* dfdb, float* dfdr, float* dfdu, std::true_type) {
-  LanesGradF32(b, r, n, law, flux, dfdb, dfdr, dfdu);
+inline void Lanes(const float* b, const float* r, int64_t rs, int64_t n, const limbdark::Law& law,
+                  float* flux, float* dfdb, float* dfdr, float* dfdu, std::true_type) {
+  LanesGradF32(b, r, rs, n, law, flux, dfdb, dfdr, dfdu);
 }
 
 template <bool kGrad, typename T>
-void LimbdarkLoop(const T* b, const T* r, const T* u, int order, int64_t per_group, int64_t begin,
-                  int64_t end, T* flux, T* dfdb, T* dfdr, T* dfdu) {
+void LimbdarkLoop(const T* b, const T* r, int64_t rs, const T* u, int order, int64_t per_group,
+                  int64_t begin, int64_t end, T* flux, T* dfdb, T* dfdr, T* dfdu) {
   limbdark::Law law;
   int64_t i = begin;
   while (i < end) {
@@ -87,7 +90,7 @@ void LimbdarkLoop(const T* b, const T* r, const T* u, int order, int64_t per_gro
     limbdark::MakeLaw(u + g * order, order, &law);
     const int64_t stop = std::min(end, (g + 1) * per_group);
     if (order <= 2) {
-      Lanes(b + i, r + i, stop - i, law, flux + i, kGrad ? dfdb + i : nullptr,
+      Lanes(b + i, r + i * rs, rs, stop - i, law, flux + i, kGrad ? dfdb + i : nullptr,
             kGrad ? dfdr + i : nullptr, kGrad ? dfdu + i * order : nullptr,
             std::integral_constant<bool, kGrad>());
       i = stop;
@@ -95,7 +98,7 @@ void LimbdarkLoop(const T* b, const T* r, const T* u, int order, int64_t per_gro
     }
     for (; i < stop; ++i) {
       double f, fb = 0.0, fr = 0.0, fu[limbdark::kMaxOrder];
-      limbdark::Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i]), law, &f,
+      limbdark::Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i * rs]), law, &f,
                                 &fb, &fr, fu);
       flux[i] = static_cast<T>(f);
       if (kGrad) {
@@ -125,9 +128,11 @@ ffi::Future LimbdarkImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Buffer
   const T* pu = u.typed_data();
   T* pf = flux->typed_data();
   const int order = shape.order;
+  const int64_t rs = shape.r_stride;
   const int64_t per_group = shape.groups > 0 ? shape.points / shape.groups : 1;
   return ParallelFor(pool, shape.points, kGrain, [=](int64_t begin, int64_t end) {
-    LimbdarkLoop<false, T>(pb, pr, pu, order, per_group, begin, end, pf, nullptr, nullptr, nullptr);
+    LimbdarkLoop<false, T>(pb, pr, rs, pu, order, per_group, begin, end, pf, nullptr, nullptr,
+                           nullptr);
   });
 }
 
@@ -159,9 +164,10 @@ ffi::Future LimbdarkGradImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Bu
   T* pfr = dfdr->typed_data();
   T* pfu = dfdu->typed_data();
   const int order = shape.order;
+  const int64_t rs = shape.r_stride;
   const int64_t per_group = shape.groups > 0 ? shape.points / shape.groups : 1;
   return ParallelFor(pool, shape.points, kGrain, [=](int64_t begin, int64_t end) {
-    LimbdarkLoop<true, T>(pb, pr, pu, order, per_group, begin, end, pf, pfb, pfr, pfu);
+    LimbdarkLoop<true, T>(pb, pr, rs, pu, order, per_group, begin, end, pf, pfb, pfr, pfu);
   });
 }
 

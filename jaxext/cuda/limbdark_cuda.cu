@@ -17,7 +17,7 @@ namespace {
 
 // One thread per point, the law rebuilt per thread (n^2 flops, negligible next to the integrals).
 template <bool kGrad, typename T>
-__global__ void LimbdarkKernel(const T* __restrict__ b, const T* __restrict__ r,
+__global__ void LimbdarkKernel(const T* __restrict__ b, const T* __restrict__ r, int64_t rs,
                                const T* __restrict__ u, int order, int64_t per_group, int64_t n,
                                T* __restrict__ flux, T* __restrict__ dfdb, T* __restrict__ dfdr,
                                T* __restrict__ dfdu) {
@@ -26,8 +26,8 @@ __global__ void LimbdarkKernel(const T* __restrict__ b, const T* __restrict__ r,
     limbdark::Law law;
     limbdark::MakeLaw(u + (i / per_group) * order, order, &law);
     double f, fb = 0.0, fr = 0.0, fu[limbdark::kMaxOrder];
-    limbdark::Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i]), law, &f, &fb,
-                              &fr, fu);
+    limbdark::Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i * rs]), law, &f,
+                              &fb, &fr, fu);
     flux[i] = static_cast<T>(f);
     if (kGrad) {
       dfdb[i] = static_cast<T>(fb);
@@ -46,7 +46,7 @@ ffi::Error Launch(cudaStream_t stream, const LimbdarkShape& shape, const T* b, c
   const int64_t per_group = shape.points / shape.groups;
   const int64_t blocks = std::min<int64_t>((shape.points + kBlock - 1) / kBlock, int64_t{1} << 20);
   LimbdarkKernel<kGrad, T><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
-      b, r, u, shape.order, per_group, shape.points, flux, dfdb, dfdr, dfdu);
+      b, r, shape.r_stride, u, shape.order, per_group, shape.points, flux, dfdb, dfdr, dfdu);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     return ffi::Error::Internal(std::string("jaxext limbdark: CUDA launch failed: ") +

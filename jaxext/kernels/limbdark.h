@@ -398,8 +398,10 @@ JAXEXT_HD double Atan2NonNeg(double y, double x) {
 }
 
 // Always inlined, so that each target_clones variant of the caller gets its own vector code.
+// rin holds one radius per point (r_stride 1) or one for all (r_stride 0).
 template <bool kGrad, typename T>
-inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* rin, int count,
+inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* rin,
+                                                         int64_t r_stride, int count,
                                                          const Law& law, T* flux, T* dfdb,
                                                          T* dfdr, T* dfdu) {
   const int n = law.order;  // <= 2
@@ -415,7 +417,7 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
   int64_t clearly_apart = 0;  // b > 1 + r beyond rounding: flux 1, whatever the path
   for (int l = 0; l < kLanes; ++l) {
     bin_d[l] = l < count ? static_cast<double>(bin[l]) : 2.0;
-    rin_d[l] = l < count ? static_cast<double>(rin[l]) : 0.5;
+    rin_d[l] = l < count ? static_cast<double>(rin[l * r_stride]) : 0.5;
     clearly_apart += (bin_d[l] > rin_d[l] + 1.0 + 4e-16 * (bin_d[l] + rin_d[l] + 1.0)) ? 1 : 0;
   }
   if (clearly_apart == kLanes) {  // a whole block out of transit (most of a light curve)
@@ -625,7 +627,8 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
   for (int l = 0; l < count; ++l) {
     if (!slow[l]) continue;
     double f, fb = 0.0, fr = 0.0, fu[kMaxOrder];
-    Evaluate<kGrad>(static_cast<double>(bin[l]), static_cast<double>(rin[l]), law, &f, &fb, &fr,
+    Evaluate<kGrad>(static_cast<double>(bin[l]), static_cast<double>(rin[l * r_stride]), law, &f,
+                    &fb, &fr,
                     fu);
     flux[l] = static_cast<T>(f);
     if (kGrad) {
