@@ -1,13 +1,14 @@
 """Limb-darkened occultation benchmark: jaxext against jaxoplanet (pure JAX) and batman (C, OpenMP).
 
 All implementations evaluate the same quadratic-law fluxes at the same points (r = 0.1, b spread
-over [0, 1.2], so ~90% of the points are in transit) in one run. Prints ns per point (best of
-several runs, after compilation), the ratio to jaxext, and each implementation's worst absolute
+over [0, 1.2], so ~90% of the points are in transit; and a sorted light curve) in one run. Prints
+ns per point (best of interleaved rounds of several runs, after compilation), the ratio to jaxext, and each implementation's worst absolute
 error against a 30-digit reference (mpmath quadrature, tests/limbdark_test.py's method) on a
 subsample that includes the contact points and b = r.
 """
 
 import argparse
+import functools
 import importlib.machinery
 import importlib.util
 import os
@@ -92,7 +93,8 @@ def best_time(f, repeats):
 def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--n", type=int, default=1_000_000)
-  parser.add_argument("--repeats", type=int, default=7)
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--ref-points", type=int, default=300)
   parser.add_argument("--batman", help="path to batman's _quadratic_ld extension")
   parser.add_argument("--no-accuracy-table", action="store_true")
@@ -119,61 +121,56 @@ def main():
   want = np.array([reference(x, R, U1, U2) for x in b_ref])
   bat = load_batman(args.batman) if args.batman else None
 
-  rows = []
-  jx = jax.jit(lambda bb: jaxext.limb_dark_flux(bb, R, u))
+  # Every timed case as (table, name, thunk, error). Timings are interleaved: `--rounds` rounds,
+  # each timing every case (best of --repeats); the table keeps each case's best round, so drift
+  # in the machine's speed (a shared VM) does not favour whichever case ran at a quiet moment.
   bj = jnp.asarray(b)
-  t = best_time(lambda: jax.block_until_ready(jx(bj)), args.repeats)
-  err = np.max(np.abs(np.asarray(jx(jnp.asarray(b_ref))) - want))
-  rows.append(("jaxext (XLA CPU pool, all cores)", t, err))
-  t1 = single_core_time(args)
-  if t1 is not None:
-    rows.append(("jaxext (1 core)", t1, err))
-
+  x = np.linspace(-3.0, 3.0, args.n)  # a light curve: sorted b(t), 35% in transit
+  b_lc = np.sqrt(0.09 + x * x)
+  blc = jnp.asarray(b_lc)
+  cases = []
+  jx = jax.jit(lambda bb: jaxext.limb_dark_flux(bb, R, u))
+  cases.append(("random", "jaxext (XLA CPU pool, all cores)", lambda: jax.block_until_ready(jx(bj)),
+                np.max(np.abs(np.asarray(jx(jnp.asarray(b_ref))) - want))))
   jg = jax.jit(jax.value_and_grad(lambda bb, uu: jnp.sum(jaxext.limb_dark_flux(bb, R, uu)),
                                   argnums=(0, 1)))
-  t = best_time(lambda: jax.block_until_ready(jg(bj, u)), args.repeats)
-  rows.append(("jaxext value + grad (b, u)", t, None))
-
+  cases.append(("random", "jaxext value + grad (b, u)", lambda: jax.block_until_ready(jg(bj, u)),
+                None))
   b32 = jnp.asarray(b, jnp.float32)
   u32 = u.astype(jnp.float32)
   jx32 = jax.jit(lambda bb: jaxext.limb_dark_flux(bb, np.float32(R), u32))
-  t = best_time(lambda: jax.block_until_ready(jx32(b32)), args.repeats)
-  err = np.max(np.abs(np.asarray(jx32(jnp.asarray(b_ref, jnp.float32)), np.float64) - want))
-  rows.append(("jaxext float32", t, err))
-
+  cases.append(("random", "jaxext float32", lambda: jax.block_until_ready(jx32(b32)),
+                np.max(np.abs(np.asarray(jx32(jnp.asarray(b_ref, jnp.float32)), np.float64) - want))))
+  cases.append(("lc", "jaxext", lambda: jax.block_until_ready(jx(blc)), None))
   try:
     from jaxoplanet.core.limb_dark import light_curve
     jo = jax.jit(lambda bb: light_curve(u, bb, R) + 1.0)
-    t = best_time(lambda: jax.block_until_ready(jo(bj)), args.repeats)
-    err = np.max(np.abs(np.asarray(jo(jnp.asarray(b_ref))) - want))
-    rows.append(("jaxoplanet 0.2.0 (pure JAX)", t, err))
+    cases.append(("random", "jaxoplanet 0.2.0 (pure JAX)", lambda: jax.block_until_ready(jo(bj)),
+                  np.max(np.abs(np.asarray(jo(jnp.asarray(b_ref))) - want))))
     jog = jax.jit(jax.value_and_grad(lambda bb, uu: jnp.sum(light_curve(uu, bb, R)),
                                      argnums=(0, 1)))
-    t = best_time(lambda: jax.block_until_ready(jog(bj, u)), args.repeats)
-    rows.append(("jaxoplanet value + grad (b, u)", t, None))
+    cases.append(("random", "jaxoplanet value + grad (b, u)",
+                  lambda: jax.block_until_ready(jog(bj, u)), None))
+    cases.append(("lc", "jaxoplanet", lambda: jax.block_until_ready(jo(blc)), None))
   except ImportError as e:
     print(f"jaxoplanet not available: {e}")
-
   if bat is not None:
+    err = np.max(np.abs(bat._quadratic_ld(b_ref, R, U1, U2, 1) - want))
     for threads in (1, 2):
-      t = best_time(lambda: bat._quadratic_ld(b, R, U1, U2, threads), args.repeats)
-      err = np.max(np.abs(bat._quadratic_ld(b_ref, R, U1, U2, 1) - want))
-      rows.append((f"batman 2.5.2 (C, {threads} thread{'s' if threads > 1 else ''})", t, err))
-
-  # A light curve: sorted times, b(t) = sqrt(0.3^2 + x^2) for x in [-3, 3] (35% in transit), so
-  # neighbouring points share a regime as in real data.
-  x = np.linspace(-3.0, 3.0, args.n)
-  b_lc = np.sqrt(0.09 + x * x)
-  blc = jnp.asarray(b_lc)
-  lc_rows = [("jaxext", best_time(lambda: jax.block_until_ready(jx(blc)), args.repeats))]
-  try:
-    lc_rows.append(("jaxoplanet", best_time(lambda: jax.block_until_ready(jo(blc)), args.repeats)))
-  except NameError:
-    pass
-  if bat is not None:
-    for threads in (1, 2):
-      lc_rows.append((f"batman, {threads} thread{'s' if threads > 1 else ''}",
-                      best_time(lambda: bat._quadratic_ld(b_lc, R, U1, U2, threads), args.repeats)))
+      plural = "s" if threads > 1 else ""
+      cases.append(("random", f"batman 2.5.2 (C, {threads} thread{plural})",
+                    functools.partial(bat._quadratic_ld, b, R, U1, U2, threads), err))
+      cases.append(("lc", f"batman, {threads} thread{plural}",
+                    functools.partial(bat._quadratic_ld, b_lc, R, U1, U2, threads), None))
+  best = [np.inf] * len(cases)
+  for _ in range(args.rounds):
+    for i, case in enumerate(cases):
+      best[i] = min(best[i], best_time(case[2], args.repeats))
+  rows = [(c[1], t, c[3]) for c, t in zip(cases, best) if c[0] == "random"]
+  lc_rows = [(c[1], t) for c, t in zip(cases, best) if c[0] == "lc"]
+  t1 = single_core_time(args)
+  if t1 is not None:
+    rows.insert(1, ("jaxext (1 core)", t1, rows[0][2]))
 
   base = rows[0][1]
   print(f"\n{'implementation':36s} {'ns/point':>10s} {'vs jaxext':>10s} {'max |error|':>12s}")
