@@ -57,7 +57,8 @@ def limb_dark_flux(b, r, u):
     Flux relative to the unocculted star, of the broadcast shape of b, r and u[..., 0], in the
     common floating dtype (float32 or float64; other inputs promote to JAX's default float).
     1 where the disks do not overlap, 0 where the occultor covers the star, NaN where b < 0,
-    r <= 0 or an input is NaN.
+    r <= 0 or an input is NaN. Absolute accuracy ~1e-16 max(1, r); partial overlaps by
+    occultors larger than 1e8 stellar radii are NaN rather than inaccurate.
 
   Raises:
     TypeError: an argument is boolean, complex or not numeric.

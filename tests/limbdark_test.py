@@ -100,6 +100,8 @@ GEOMETRY = [
     ("r_above_one_contact", 1.0, 2.0),
     ("r_above_one_covered", 0.5, 2.0),
     ("r_large", 10.5, 10.0),
+    ("b_equals_r_large", 5.0, 5.0),
+    ("r_very_large_half_covered", 1000.0, 1000.0),
 ]
 
 
@@ -336,3 +338,30 @@ def test_scalar_radius_is_broadcast_by_the_kernel():
     want = jaxext.limb_dark_flux(b, jnp.full_like(b, rs[i]), u)
     np.testing.assert_array_equal(v[i], want)
     np.testing.assert_array_equal(v2[i], want)
+
+
+@pytest.mark.parametrize("order", [2, 3])  # the lane-parallel and the general path
+def test_extreme_magnitudes_stay_finite(order):
+  u = np.array([0.4, 0.26, 0.0][:order])
+  bs = np.array([0.0, 1e-300, 1e-100, 0.5, 1.0, 1.0 - 1e-16, 1.0 + 1e-16, 2.0, 1e100, 1e300])
+  rs = np.array([1e-300, 1e-120, 1e-20, 1e-8, 0.5, 1.0, 1e8, 1e20, 1e100, 1e300])
+  b, r = (x.ravel() for x in np.meshgrid(bs, rs))
+  f = np.asarray(jaxext.limb_dark_flux(b, r, u))
+  # Partial overlaps by occultors beyond 1e8 stellar radii are documented to give NaN.
+  huge = (r > 1e8) & (np.abs(b - r) < 1)
+  assert huge.sum() == 2 and np.isnan(f[huge]).all()
+  b, r, f = b[~huge], r[~huge], f[~huge]
+  bad = ~(np.isfinite(f) & (f >= -1e-15) & (f <= 1 + 1e-15))
+  assert not bad.any(), list(zip(b[bad], r[bad], f[bad]))
+  g = jax.grad(lambda bb, rr: jaxext.limb_dark_flux(bb, rr, u).sum(), argnums=(0, 1))(b, r)
+  assert all(np.isfinite(np.asarray(x)).all() for x in g)
+  big = r >= 1e8
+  np.testing.assert_array_equal(f[big & (b <= 2.0)], 0.0)  # the star is hidden
+  tiny = r <= 1e-20
+  np.testing.assert_allclose(f[tiny], 1.0, rtol=0, atol=1e-15)
+  # The tiny-occultor limit joins the general formula: dF/dr = -2 pi r I(mu) / F0 inside the disk.
+  for rr in (1e-90, 1e-110):
+    g_r = jax.grad(lambda x: jaxext.limb_dark_flux(0.6, x, u))(rr)
+    mu = 0.8
+    want = -2 * rr * (1 - 0.4 * (1 - mu) - 0.26 * (1 - mu) ** 2) / (1 - 0.4 / 3 - 0.26 / 6)
+    assert float(g_r) == pytest.approx(want, rel=1e-9)

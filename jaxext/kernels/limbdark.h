@@ -39,8 +39,10 @@
 //   points, b = r, b -> 0, r -> 0 and r > 1 keep full absolute accuracy (tests/limbdark_test.py).
 //
 // Domain: b >= 0, r > 0 (either may be +inf, not both), n <= kMaxOrder. b < 0, r <= 0, NaN or
-// b = r = inf give NaN for every output. Non-physical laws (F0 <= 0) are not rejected: the result
-// is whatever the formula gives.
+// b = r = inf give NaN for every output, as do partial overlaps (|b - r| < 1) by occultors larger
+// than kHugeRadius = 1e8 stellar radii, whose lens area would carry errors ~1e-16 r. Accuracy
+// elsewhere: ~1e-16 max(1, r) absolute.
+// Non-physical laws (F0 <= 0) are not rejected: the result is whatever the formula gives.
 #ifndef JAXEXT_KERNELS_LIMBDARK_H_
 #define JAXEXT_KERNELS_LIMBDARK_H_
 
@@ -54,6 +56,12 @@ namespace limbdark {
 
 // Highest supported degree of the limb-darkening polynomial.
 constexpr int kMaxOrder = 16;
+
+// Below this radius the occultation is below double precision and is evaluated in the limit.
+constexpr double kTinyRadius = 1e-100;
+// Above this radius a partial overlap (|b - r| < 1) would lose ~log10(r) digits (the lens area is a
+// difference of terms of size r): such results are NaN rather than inaccurate.
+constexpr double kHugeRadius = 1e8;
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -200,8 +208,10 @@ JAXEXT_HD Regime Integrals(double b, double r, int n, double* O, double* J, doub
   double t_minus1;
   // The elliptic integrals (only needed from the linear term on): T_1, T_{-1} and the
   // third-kind integral of O_1, all with one modulus.
+  // |b - r|, kept away from 0 (b = r is regular, but the split below into an arctangent and a
+  // third-kind integral is not): the shift changes the result by ~1e-30 relative.
   double d = fabs(b - r);
-  if (d < 1e-100) d = 1e-100;
+  if (d < 1e-30 * (b + r)) d = 1e-30 * (b + r);
   double cel_pi = 0.0, cel_t1 = 0.0, cel_k = 0.0;
   if (inside) {
     T[0] = kPi;
@@ -217,7 +227,8 @@ JAXEXT_HD Regime Integrals(double b, double r, int n, double* O, double* J, doub
     T[1] = 2.0 * sA * cel_t1;
     t_minus1 = 2.0 * cel_k / sA;
   } else {
-    four_delta = sqrt(-A * B);  // 4 x area of the triangle (star centre, occultor centre, contact)
+    four_delta = sqrt(A) * sqrt(-B);  // 4 x area of the triangle (star centre, occultor centre,
+                                      // contact point); two roots so that A B cannot underflow
     theta = atan2(four_delta, -a);  // angle subtended by the arc at the occultor's centre
     lam = atan2(four_delta, a + 2.0 * b * b);  // half the limb arc, seen from the star's centre
     const double k2 = A / fbr;
@@ -309,13 +320,28 @@ template <bool kGrad>
 JAXEXT_HD void Evaluate(double b, double r, const Law& law, double* flux, double* dfdb,
                         double* dfdr, double* dfdu) {
   const int n = law.order;
-  if (!(b >= 0.0) || !(r > 0.0) || (detail::IsInf(b) && detail::IsInf(r))) {
+  if (!(b >= 0.0) || !(r > 0.0) || (detail::IsInf(b) && detail::IsInf(r)) ||
+      (r > kHugeRadius && fabs(b - r) < 1.0)) {
     const double nan = NAN;
     *flux = nan;
     if (kGrad) {
       *dfdb = nan;
       *dfdr = nan;
       for (int j = 0; j < n; ++j) dfdu[j] = nan;
+    }
+    return;
+  }
+  if (r < kTinyRadius && !(b >= 1.0 + r)) {
+    // A vanishing occultor: the deficit (~r^2) is below double precision; the derivative in r is
+    // its leading term -2 pi r I(mu) / F0 (mu at the occultor's centre), the others underflow.
+    *flux = 1.0;
+    if (kGrad) {
+      const double z = b < 1.0 ? sqrt((1.0 - b) * (1.0 + b)) : 0.0;
+      double intensity = 0.0;
+      for (int m = n; m >= 0; --m) intensity = intensity * z + law.a[m];
+      *dfdr = -2.0 * kPi * r * intensity / law.total;
+      *dfdb = 0.0;
+      for (int j = 0; j < n; ++j) dfdu[j] = 0.0;
     }
     return;
   }
@@ -445,6 +471,8 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     // Evaluate's downward-recurrence regime (see Integrals) only matters where the disks overlap.
     // (Bitwise, not short-circuit, operators: no control flow, so the loop vectorises.)
     const int64_t bad = static_cast<int64_t>(!(bb >= 0.0)) | static_cast<int64_t>(!(rr > 0.0)) |
+                        static_cast<int64_t>(rr < kTinyRadius) |
+                        static_cast<int64_t>(rr > kHugeRadius) |
                         static_cast<int64_t>(fabs(bb) > 1.7976931348623157e308) |
                         static_cast<int64_t>(fabs(rr) > 1.7976931348623157e308);
     const int64_t downward = (1 - none[l]) & (1 - total[l]) & static_cast<int64_t>(aa < 0.0) &
@@ -460,8 +488,8 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     A[l] = stand_in ? 0.51 : AA;
     B[l] = stand_in ? -0.21 : BB;
     a[l] = 0.5 * (A[l] + B[l]);
-    const double dd = fabs(bb - rr);
-    d[l] = dd < 1e-100 ? 1e-100 : dd;
+    const double dd = fabs(bb - rr), dmin = 1e-30 * (bb + rr);  // as in Integrals
+    d[l] = dd < dmin ? dmin : dd;
   }
   JAXEXT_LANES {
     const bool in = B[l] >= 0.0;
