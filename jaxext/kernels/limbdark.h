@@ -398,11 +398,13 @@ JAXEXT_HD double Atan2NonNeg(double y, double x) {
   const double ax = fabs(x);
   const double num = y < ax ? y : ax;
   const double den = y < ax ? ax : y;
-  double t = den > 0.0 ? num / den : 0.0;
   const double kSqrt3 = 1.7320508075688772935;
-  const bool big = t > 0.26794919243112270;
+  // One division: t = num / den, or (sqrt3 t - 1) / (sqrt3 + t) when t > tan(pi/12).
+  const bool big = num > 0.26794919243112270 * den;
   const double off = big ? kPi / 6.0 : 0.0;
-  t = big ? (kSqrt3 * t - 1.0) / (kSqrt3 + t) : t;
+  const double tn = big ? kSqrt3 * num - den : num;
+  const double td = big ? kSqrt3 * den + num : den;
+  const double t = td > 0.0 ? tn / td : 0.0;
   const double t2 = t * t;
   double p = 1.0 / 29.0;
   p = p * t2 - 1.0 / 27.0;
