@@ -61,23 +61,20 @@ JAXEXT_CPU_CLONES void LanesGradF32(const float* b, const float* r, int64_t rs, 
   LanesLoop<true, float>(b, r, rs, n, law, flux, dfdb, dfdr, dfdu);
 }
 
-inline void Lanes(const double* b, const double* r, int64_t rs, int64_t n,
-                  const limbdark::Law& law, double* flux, double*, double*, double*,
-                  std::false_type) {
-  LanesF64(b, r, rs, n, law, flux);
-}
-inline void Lanes(const float* b, const float* r, int64_t rs, int64_t n, const limbdark::Law& law,
-                  float* flux, float*, float*, float*, std::false_type) {
-  LanesF32(b, r, rs, n, law, flux);
-}
-inline void Lanes(const double* b, const double* r, int64_t rs, int64_t n,
-                  const limbdark::Law& law, double* flux, double* dfdb, double* dfdr,
-                  double* dfdu, std::true_type) {
-  LanesGradF64(b, r, rs, n, law, flux, dfdb, dfdr, dfdu);
-}
-inline void Lanes(const float* b, const float* r, int64_t rs, int64_t n, const limbdark::Law& law,
-                  float* flux, float* dfdb, float* dfdr, float* dfdu, std::true_type) {
-  LanesGradF32(b, r, rs, n, law, flux, dfdb, dfdr, dfdu);
+// The clone for this dtype and kind.
+template <bool kGrad, typename T>
+void Lanes(const T* b, const T* r, int64_t rs, int64_t n, const limbdark::Law& law, T* flux,
+           T* dfdb, T* dfdr, T* dfdu) {
+  constexpr bool kF64 = std::is_same<T, double>::value;
+  if constexpr (kGrad && kF64) {
+    LanesGradF64(b, r, rs, n, law, flux, dfdb, dfdr, dfdu);
+  } else if constexpr (kGrad) {
+    LanesGradF32(b, r, rs, n, law, flux, dfdb, dfdr, dfdu);
+  } else if constexpr (kF64) {
+    LanesF64(b, r, rs, n, law, flux);
+  } else {
+    LanesF32(b, r, rs, n, law, flux);
+  }
 }
 
 template <bool kGrad, typename T>
@@ -90,23 +87,12 @@ void LimbdarkLoop(const T* b, const T* r, int64_t rs, const T* u, int order, int
     limbdark::MakeLaw(u + g * order, order, &law);
     const int64_t stop = std::min(end, (g + 1) * per_group);
     if (order <= 2) {
-      Lanes(b + i, r + i * rs, rs, stop - i, law, flux + i, kGrad ? dfdb + i : nullptr,
-            kGrad ? dfdr + i : nullptr, kGrad ? dfdu + i * order : nullptr,
-            std::integral_constant<bool, kGrad>());
+      Lanes<kGrad, T>(b + i, r + i * rs, rs, stop - i, law, flux + i, kGrad ? dfdb + i : nullptr,
+                      kGrad ? dfdr + i : nullptr, kGrad ? dfdu + i * order : nullptr);
       i = stop;
       continue;
     }
-    for (; i < stop; ++i) {
-      double f, fb = 0.0, fr = 0.0, fu[limbdark::kMaxOrder];
-      limbdark::Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i * rs]), law, &f,
-                                &fb, &fr, fu);
-      flux[i] = static_cast<T>(f);
-      if (kGrad) {
-        dfdb[i] = static_cast<T>(fb);
-        dfdr[i] = static_cast<T>(fr);
-        for (int j = 0; j < order; ++j) dfdu[i * order + j] = static_cast<T>(fu[j]);
-      }
-    }
+    for (; i < stop; ++i) limbdark::EvaluateAt<kGrad, T>(b, r, rs, law, i, flux, dfdb, dfdr, dfdu);
   }
 }
 
@@ -114,11 +100,8 @@ template <ffi::DataType dtype>
 ffi::Future LimbdarkImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Buffer<dtype> r,
                          ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux) {
   LimbdarkShape shape;
-  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(), &shape);
-      err.failure()) {
-    return ErrorFuture(std::move(err));
-  }
-  if (ffi::Error err = CheckElementCounts("limbdark", b.element_count(), {flux->element_count()});
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(),
+                                        flux->element_count(), nullptr, &shape);
       err.failure()) {
     return ErrorFuture(std::move(err));
   }
@@ -129,7 +112,7 @@ ffi::Future LimbdarkImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Buffer
   T* pf = flux->typed_data();
   const int order = shape.order;
   const int64_t rs = shape.r_stride;
-  const int64_t per_group = shape.groups > 0 ? shape.points / shape.groups : 1;
+  const int64_t per_group = shape.per_group;
   return ParallelFor(pool, shape.points, kGrain, [=](int64_t begin, int64_t end) {
     LimbdarkLoop<false, T>(pb, pr, rs, pu, order, per_group, begin, end, pf, nullptr, nullptr,
                            nullptr);
@@ -142,18 +125,12 @@ ffi::Future LimbdarkGradImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Bu
                              ffi::ResultBuffer<dtype> dfdb, ffi::ResultBuffer<dtype> dfdr,
                              ffi::ResultBuffer<dtype> dfdu) {
   LimbdarkShape shape;
-  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(), &shape);
+  const size_t grad_counts[] = {dfdb->element_count(), dfdr->element_count(),
+                                dfdu->element_count()};
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(),
+                                        flux->element_count(), grad_counts, &shape);
       err.failure()) {
     return ErrorFuture(std::move(err));
-  }
-  if (ffi::Error err = CheckElementCounts(
-          "limbdark", b.element_count(),
-          {flux->element_count(), dfdb->element_count(), dfdr->element_count()});
-      err.failure()) {
-    return ErrorFuture(std::move(err));
-  }
-  if (dfdu->element_count() != b.element_count() * static_cast<size_t>(shape.order)) {
-    return ErrorFuture(ffi::Error::InvalidArgument("jaxext limbdark: dflux/du has the wrong size"));
   }
   using T = ffi::NativeType<dtype>;
   const T* pb = b.typed_data();
@@ -165,7 +142,7 @@ ffi::Future LimbdarkGradImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Bu
   T* pfu = dfdu->typed_data();
   const int order = shape.order;
   const int64_t rs = shape.r_stride;
-  const int64_t per_group = shape.groups > 0 ? shape.points / shape.groups : 1;
+  const int64_t per_group = shape.per_group;
   return ParallelFor(pool, shape.points, kGrain, [=](int64_t begin, int64_t end) {
     LimbdarkLoop<true, T>(pb, pr, rs, pu, order, per_group, begin, end, pf, pfb, pfr, pfu);
   });

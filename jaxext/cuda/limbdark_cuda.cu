@@ -3,7 +3,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "jaxext/common/ffi_helpers.h"
 #include "jaxext/common/limbdark_shapes.h"
 #include "jaxext/cuda/limbdark_cuda.h"
 #include "jaxext/kernels/limbdark.h"
@@ -25,15 +24,7 @@ __global__ void LimbdarkKernel(const T* __restrict__ b, const T* __restrict__ r,
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
     limbdark::Law law;
     limbdark::MakeLaw(u + (i / per_group) * order, order, &law);
-    double f, fb = 0.0, fr = 0.0, fu[limbdark::kMaxOrder];
-    limbdark::Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i * rs]), law, &f,
-                              &fb, &fr, fu);
-    flux[i] = static_cast<T>(f);
-    if (kGrad) {
-      dfdb[i] = static_cast<T>(fb);
-      dfdr[i] = static_cast<T>(fr);
-      for (int j = 0; j < order; ++j) dfdu[i * order + j] = static_cast<T>(fu[j]);
-    }
+    limbdark::EvaluateAt<kGrad, T>(b, r, rs, law, i, flux, dfdb, dfdr, dfdu);
   }
 }
 
@@ -43,10 +34,9 @@ template <bool kGrad, typename T>
 ffi::Error Launch(cudaStream_t stream, const LimbdarkShape& shape, const T* b, const T* r,
                   const T* u, T* flux, T* dfdb, T* dfdr, T* dfdu) {
   if (shape.points == 0) return ffi::Error::Success();
-  const int64_t per_group = shape.points / shape.groups;
   const int64_t blocks = std::min<int64_t>((shape.points + kBlock - 1) / kBlock, int64_t{1} << 20);
   LimbdarkKernel<kGrad, T><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
-      b, r, shape.r_stride, u, shape.order, per_group, shape.points, flux, dfdb, dfdr, dfdu);
+      b, r, shape.r_stride, u, shape.order, shape.per_group, shape.points, flux, dfdb, dfdr, dfdu);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     return ffi::Error::Internal(std::string("jaxext limbdark: CUDA launch failed: ") +
@@ -59,11 +49,8 @@ template <ffi::DataType dtype>
 ffi::Error LimbdarkImpl(cudaStream_t stream, ffi::Buffer<dtype> b, ffi::Buffer<dtype> r,
                         ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux) {
   LimbdarkShape shape;
-  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(), &shape);
-      err.failure()) {
-    return err;
-  }
-  if (ffi::Error err = CheckElementCounts("limbdark", b.element_count(), {flux->element_count()});
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(),
+                                        flux->element_count(), nullptr, &shape);
       err.failure()) {
     return err;
   }
@@ -78,18 +65,12 @@ ffi::Error LimbdarkGradImpl(cudaStream_t stream, ffi::Buffer<dtype> b, ffi::Buff
                             ffi::ResultBuffer<dtype> dfdb, ffi::ResultBuffer<dtype> dfdr,
                             ffi::ResultBuffer<dtype> dfdu) {
   LimbdarkShape shape;
-  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(), &shape);
+  const size_t grad_counts[] = {dfdb->element_count(), dfdr->element_count(),
+                                dfdu->element_count()};
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(),
+                                        flux->element_count(), grad_counts, &shape);
       err.failure()) {
     return err;
-  }
-  if (ffi::Error err = CheckElementCounts(
-          "limbdark", b.element_count(),
-          {flux->element_count(), dfdb->element_count(), dfdr->element_count()});
-      err.failure()) {
-    return err;
-  }
-  if (dfdu->element_count() != b.element_count() * static_cast<size_t>(shape.order)) {
-    return ffi::Error::InvalidArgument("jaxext limbdark: dflux/du has the wrong size");
   }
   using T = ffi::NativeType<dtype>;
   return Launch<true, T>(stream, shape, b.typed_data(), r.typed_data(), u.typed_data(),

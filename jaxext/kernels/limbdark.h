@@ -144,6 +144,24 @@ JAXEXT_HD void Cel3(double kc, double p1, double a1, double b1, double a2, doubl
   *c3 = h2 * (a3 * m + b3);
 }
 
+// K_1 = int_0^{2pi} (a - c sin phi)^{1/2} sin phi dphi for the occultor inside the disk, as a
+// series in x = c / a: -2 pi sqrt(a) sum_{j odd} C(1/2, j) j!!/(j+1)!! x^j, ten terms (used for
+// x < 0.1, where the truncation is below 1e-21 relative).
+JAXEXT_HD double InsideK1Series(double a, double c) {
+  const double x = c / a, x2 = x * x;
+  double sum = 0.0006123339034241893;
+  sum = sum * x2 + 0.000763429282191197;
+  sum = sum * x2 + 0.0009782764550436696;
+  sum = sum * x2 + 0.0012985714129172266;
+  sum = sum * x2 + 0.0018067080527544022;
+  sum = sum * x2 + 0.0026848912239074707;
+  sum = sum * x2 + 0.004405975341796875;
+  sum = sum * x2 + 0.008544921875;
+  sum = sum * x2 + 0.0234375;
+  sum = sum * x2 + 0.25;
+  return -2.0 * kPi * sqrt(a) * x * sum;
+}
+
 constexpr int kMaxMoment = kMaxOrder + 3;
 
 // Arc moments T_m, m = 0..top, of one parity, by Miller's downward recurrence, normalised so that
@@ -290,20 +308,7 @@ JAXEXT_HD Regime Integrals(double b, double r, int n, double* O, double* J, doub
       if (c == 0.0) {
         K[1] = 0.0;
       } else if (inside && c < 0.1 * a) {
-        // int_0^{2pi} (a - c sin phi)^{1/2} sin phi dphi as a series in c / a.
-        const double x = c / a;
-        double coef = 1.0, pw = 1.0, w = 1.0, sum = 0.0;
-        for (int j = 1; j < 40; ++j) {
-          coef *= (0.5 - (j - 1)) / j;
-          pw *= -x;
-          if (j & 1) {
-            w *= static_cast<double>(j) / (j + 1);  // (j)!! / (j + 1)!! for odd j
-            const double term = coef * pw * w;
-            sum += term;
-            if (fabs(term) < 1e-18 * fabs(sum)) break;
-          }
-        }
-        K[1] = 2.0 * kPi * sqrt(a) * sum;
+        K[1] = InsideK1Series(a, c);
       } else {
         K[1] = (a * Jm[1] - Jm[3]) / c;
       }
@@ -369,6 +374,22 @@ JAXEXT_HD void Evaluate(double b, double r, const Law& law, double* flux, double
       binom = binom * (j - m) / (m + 1);
     }
     dfdu[j - 1] = sum * inv_total;
+  }
+}
+
+// Evaluate for point i of typed buffers (r[i * r_stride]), storing flux[i], and if kGrad dfdb[i],
+// dfdr[i] and dfdu[i * n .. i * n + n - 1]: the per-point body of every handler loop.
+template <bool kGrad, typename T>
+JAXEXT_HD void EvaluateAt(const T* b, const T* r, int64_t r_stride, const Law& law, int64_t i,
+                          T* flux, T* dfdb, T* dfdr, T* dfdu) {
+  double f, fb = 0.0, fr = 0.0, fu[kMaxOrder];
+  Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i * r_stride]), law, &f, &fb,
+                  &fr, fu);
+  flux[i] = static_cast<T>(f);
+  if (kGrad) {
+    dfdb[i] = static_cast<T>(fb);
+    dfdr[i] = static_cast<T>(fr);
+    for (int j = 0; j < law.order; ++j) dfdu[i * law.order + j] = static_cast<T>(fu[j]);
   }
 }
 
@@ -623,20 +644,7 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
       const double K0 = inside[l] ? 0.0 : -fd[l] / (bb * rr);
       double K1;
       if (inside[l] && c < 0.1 * aa) {  // (if-converted: both sides are cheap)
-        // int (a - c sin phi)^{1/2} sin phi dphi over the circle as a series in x = c / a:
-        // -2 pi sqrt(a) sum_{j odd} C(1/2, j) j!!/(j+1)!! x^j, ten terms (x < 0.1: < 1e-21).
-        const double x = c / aa, x2 = x * x;
-        double sum = 0.0006123339034241893;
-        sum = sum * x2 + 0.000763429282191197;
-        sum = sum * x2 + 0.0009782764550436696;
-        sum = sum * x2 + 0.0012985714129172266;
-        sum = sum * x2 + 0.0018067080527544022;
-        sum = sum * x2 + 0.0026848912239074707;
-        sum = sum * x2 + 0.004405975341796875;
-        sum = sum * x2 + 0.008544921875;
-        sum = sum * x2 + 0.0234375;
-        sum = sum * x2 + 0.25;
-        K1 = -2.0 * kPi * sqrt(aa) * x * sum;
+        K1 = detail::InsideK1Series(aa, c);
       } else {
         K1 = c == 0.0 ? 0.0 : (aa * J1[l] - J3[l]) / c;
       }
@@ -655,17 +663,7 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     }
   }
   for (int l = 0; l < count; ++l) {
-    if (!slow[l]) continue;
-    double f, fb = 0.0, fr = 0.0, fu[kMaxOrder];
-    Evaluate<kGrad>(static_cast<double>(bin[l]), static_cast<double>(rin[l * r_stride]), law, &f,
-                    &fb, &fr,
-                    fu);
-    flux[l] = static_cast<T>(f);
-    if (kGrad) {
-      dfdb[l] = static_cast<T>(fb);
-      dfdr[l] = static_cast<T>(fr);
-      for (int j = 0; j < n; ++j) dfdu[l * n + j] = static_cast<T>(fu[j]);
-    }
+    if (slow[l]) EvaluateAt<kGrad, T>(bin, rin, r_stride, law, l, flux, dfdb, dfdr, dfdu);
   }
 }
 
