@@ -19,36 +19,19 @@ import time
 
 import jax
 import jax.numpy as jnp
-import mpmath as mp
 import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
 import jaxext  # noqa: E402
+from tests.limbdark_reference import relative_flux  # noqa: E402
 
 U1, U2, R = 0.4, 0.26, 0.1
 
 
 def reference(b, r, *u):
-  """Relative flux by radial quadrature at 30 digits (independent of every implementation)."""
-  with mp.workdps(30):
-    b, r = mp.mpf(float(b)), mp.mpf(float(r))
-    u = [mp.mpf(float(x)) for x in u]
-
-    def intensity(rho):
-      mu = mp.sqrt(1 - rho * rho)
-      return 1 - sum(uj * (1 - mu) ** (j + 1) for j, uj in enumerate(u))
-
-    def half_angle(rho):
-      if b == 0:
-        return mp.pi if rho < r else mp.mpf(0)
-      c = (rho * rho + b * b - r * r) / (2 * b * rho)
-      return mp.pi if c <= -1 else (mp.mpf(0) if c >= 1 else mp.acos(c))
-
-    pts = sorted({mp.mpf(0), min(abs(b - r), mp.mpf(1)), min(b + r, mp.mpf(1)), mp.mpf(1)})
-    occ = mp.quad(lambda rho: 2 * rho * intensity(rho) * half_angle(rho), pts)
-    total = mp.quad(lambda rho: 2 * mp.pi * rho * intensity(rho), [0, 1])
-    return float(1 - occ / total)
+  """Relative flux at 30 digits (tests/limbdark_reference.py: independent of every implementation)."""
+  return relative_flux(b, r, u)
 
 
 def accuracy_table(batman):

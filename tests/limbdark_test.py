@@ -1,10 +1,8 @@
 """Tests of jaxext.limb_dark_flux against an independent high-precision reference.
 
-Reference: the occulted flux integrated over circles centred on the star (each circle's arc inside
-the occultor is elementary), the radial integral done by mpmath's tanh-sinh quadrature at 30
-digits with the kinks (|b - r|, b + r) as breakpoints. The kernel uses a different decomposition
-(Green's theorem on the occultor's boundary, elliptic integrals, recurrences), so agreement is a
-real check.
+Reference: tests/limbdark_reference.py, the occulted flux integrated over circles centred on the
+star by mpmath quadrature at 30 digits. The kernel uses a different decomposition (Green's theorem
+on the occultor's boundary, elliptic integrals, recurrences), so agreement is a real check.
 
 Contract (issue #5): float64 within 1e-12 absolute in every geometric regime, float32 within 1e-6;
 exact first derivatives in b, r and every coefficient.
@@ -23,33 +21,12 @@ from jax.test_util import check_grads
 jax.config.update("jax_enable_x64", True)
 
 import jaxext  # noqa: E402  (after enabling x64)
-
-
-def _ref_mp(b, r, u):
-  """1 - occulted / total flux as an mpf, at the current mpmath precision."""
-  b, r = mp.mpf(b), mp.mpf(r)
-  u = [mp.mpf(x) for x in u]
-
-  def intensity(rho):
-    mu = mp.sqrt(1 - rho * rho)
-    return 1 - sum(uj * (1 - mu) ** (j + 1) for j, uj in enumerate(u))
-
-  def half_angle(rho):  # half of the arc of the circle |x| = rho that lies inside the occultor
-    if b == 0:
-      return mp.pi if rho < r else mp.mpf(0)
-    c = (rho * rho + b * b - r * r) / (2 * b * rho)
-    return mp.pi if c <= -1 else (mp.mpf(0) if c >= 1 else mp.acos(c))
-
-  pts = sorted({mp.mpf(0), min(abs(b - r), mp.mpf(1)), min(b + r, mp.mpf(1)), mp.mpf(1)})
-  occ = mp.quad(lambda rho: 2 * rho * intensity(rho) * half_angle(rho), pts)
-  total = mp.quad(lambda rho: 2 * mp.pi * rho * intensity(rho), [0, 1])
-  return 1 - occ / total
+from tests.limbdark_reference import relative_flux, relative_flux_mp  # noqa: E402
 
 
 @functools.lru_cache(maxsize=None)
 def ref_flux(b: float, r: float, u: tuple) -> float:
-  with mp.workdps(30):
-    return float(_ref_mp(b, r, u))
+  return relative_flux(b, r, u)
 
 
 def ref_grad(b, r, u, h=1e-7):
@@ -61,8 +38,8 @@ def ref_grad(b, r, u, h=1e-7):
       args_m = list(args_p)
       args_p[k] += h
       args_m[k] -= h
-      fp = _ref_mp(args_p[0], args_p[1], tuple(args_p[2:]))
-      fm = _ref_mp(args_m[0], args_m[1], tuple(args_m[2:]))
+      fp = relative_flux_mp(args_p[0], args_p[1], args_p[2:])
+      fm = relative_flux_mp(args_m[0], args_m[1], args_m[2:])
       out.append(float((fp - fm) / (2 * h)))
   return np.array(out)
 
