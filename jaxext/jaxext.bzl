@@ -84,7 +84,9 @@ def jaxext_py_test(name, srcs, deps = [], args = [], data = [], env = {}, **kwar
     """A py_test run by pytest (absltest-style test classes work too), in the pinned environment.
 
     pytest writes its JUnit report where Bazel asks (XML_OUTPUT_FILE), so per-case results appear
-    in bazel-testlogs; `.ci/run` counts them.
+    in bazel-testlogs; `.ci/run` counts them. The test depends on `@jaxext_python//:python_info.json`
+    (the selected CPython and jax versions): the environment is outside Bazel's view, and without
+    it a switch of `HERMETIC_PYTHON_VERSION` or `JAXEXT_JAX` would report cached results.
     """
     py_test(
         name = name,
@@ -92,7 +94,7 @@ def jaxext_py_test(name, srcs, deps = [], args = [], data = [], env = {}, **kwar
         main = "//tests:pytest_main.py",
         args = ["$(location %s)" % srcs[0]] + args,
         deps = deps,
-        data = data,
+        data = data + ["@jaxext_python//:python_info.json"],
         env = env,
         python_version = "PY3",
         **kwargs

@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
 
 from jaxext import _ffi
+from jaxext import _jax_compat as compat
 from jaxext._validation import float_operand
 
 __all__ = ["kepler", "kepler_p"]
@@ -93,30 +93,30 @@ def _lowering(ctx, m, e, *, platform):
 
 
 # One rule per platform family; the same target name is registered for each platform.
-mlir.register_lowering(kepler_p, functools.partial(_lowering, platform="cpu"), platform="cpu")
-mlir.register_lowering(kepler_p, functools.partial(_lowering, platform="CUDA"), platform="cuda")
+compat.register_lowering(kepler_p, functools.partial(_lowering, platform="cpu"), "cpu")
+compat.register_lowering(kepler_p, functools.partial(_lowering, platform="CUDA"), "cuda")
 
 
 def _jvp(primals, tangents):
   m, e = primals
   dm, de = tangents
   sin_e, cos_e = kepler_p.bind(m, e)
-  dm = ad.instantiate_zeros(dm)
-  de = ad.instantiate_zeros(de)
+  dm = compat.instantiate_zeros(dm)
+  de = compat.instantiate_zeros(de)
   d_ecc_anom = (dm + sin_e * de) / (1 - e * cos_e)
   return (sin_e, cos_e), (cos_e * d_ecc_anom, -sin_e * d_ecc_anom)
 
 
-ad.primitive_jvps[kepler_p] = _jvp
+compat.register_jvp(kepler_p, _jvp)
 
 
 def _batch(args, dims):
   m, e = args
   dm, de = dims
-  size = next(x.shape[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
-  m = batching.bdim_at_front(m, dm, size)
-  e = batching.bdim_at_front(e, de, size)
+  size = next(x.shape[d] for x, d in zip(args, dims) if compat.is_mapped(d))
+  m = compat.batch_axis_to_front(m, dm, size)
+  e = compat.batch_axis_to_front(e, de, size)
   return kepler_p.bind(m, e), (0, 0)
 
 
-batching.primitive_batchers[kepler_p] = _batch
+compat.register_batching(kepler_p, _batch)

@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
 
 from jaxext import _ffi
+from jaxext import _jax_compat as compat
 from jaxext._validation import float_operand
 
 __all__ = ["MAX_ORDER", "limb_dark_flux", "limbdark_p", "quadratic_limb_dark_flux"]
@@ -147,8 +147,8 @@ def _lowering(ctx, b, r, u, *, grad, platform):
   return jax.ffi.ffi_lowering(_target_name(ctx.avals_in[0].dtype, grad))(ctx, b, r, u)
 
 
-mlir.register_lowering(limbdark_p, functools.partial(_lowering, platform="cpu"), platform="cpu")
-mlir.register_lowering(limbdark_p, functools.partial(_lowering, platform="CUDA"), platform="cuda")
+compat.register_lowering(limbdark_p, functools.partial(_lowering, platform="cpu"), "cpu")
+compat.register_lowering(limbdark_p, functools.partial(_lowering, platform="CUDA"), "cuda")
 
 
 def _jvp(primals, tangents, *, grad):
@@ -160,38 +160,38 @@ def _jvp(primals, tangents, *, grad):
   db, dr, du = tangents
   flux, dfdb, dfdr, dfdu = limbdark_p.bind(b, r, u, grad=True)
   out = jnp.zeros_like(flux)
-  if type(db) is not ad.Zero:
+  if not compat.is_zero_tangent(db):
     out = out + dfdb * db
-  if type(dr) is not ad.Zero:
+  if not compat.is_zero_tangent(dr):
     out = out + dfdr * dr
-  if type(du) is not ad.Zero:
+  if not compat.is_zero_tangent(du):
     lead = u.shape[:-1]
     du = du.reshape(lead + (1,) * (b.ndim - len(lead)) + (u.shape[-1],))
     out = out + jnp.sum(dfdu * du, axis=-1)
   return (flux,), (out,)
 
 
-ad.primitive_jvps[limbdark_p] = _jvp
+compat.register_jvp(limbdark_p, _jvp)
 
 
 def _batch(args, dims, *, grad):
   b, r, u = args
   db, dr, du = dims
-  size = next(x.shape[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
-  b = batching.bdim_at_front(b, db, size)
-  if dr is batching.not_mapped and r.ndim == 0:
+  size = next(x.shape[d] for x, d in zip(args, dims) if compat.is_mapped(d))
+  b = compat.batch_axis_to_front(b, db, size)
+  if not compat.is_mapped(dr) and r.ndim == 0:
     pass  # still one radius for every point
   else:
-    r = batching.bdim_at_front(r, dr, size)
+    r = compat.batch_axis_to_front(r, dr, size)
     if r.shape != b.shape:  # a batched scalar radius: one per batch element
       r = jnp.broadcast_to(r.reshape((size,) + (1,) * (b.ndim - 1)), b.shape)
-  if du is batching.not_mapped:
+  if not compat.is_mapped(du):
     # u's leading axes must stay a prefix of the (now batched) point shape.
     u = jnp.broadcast_to(u, (size,) + u.shape)
   else:
-    u = batching.bdim_at_front(u, du, size)
+    u = compat.batch_axis_to_front(u, du, size)
   outs = limbdark_p.bind(b, r, u, grad=grad)
   return outs, (0,) * len(outs)
 
 
-batching.primitive_batchers[limbdark_p] = _batch
+compat.register_batching(limbdark_p, _batch)

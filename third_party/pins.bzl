@@ -4,16 +4,25 @@ Three kinds of pins live here:
 
 * DEBIAN_*: the Bazel 7 toolchain root that `tools/bazel` provisions when no Bazel >= 7 is installed
   (read by that script with sed, so keep one `"name": "version",` entry per line).
-* PYTHON: the interpreter whose headers extensions are built against and which runs the tests.
-* PYTHON_PACKAGES: wheels fetched by pip with `--require-hashes` (build-time headers: pybind11 and
-  the XLA FFI headers shipped in jaxlib; test-time packages: everything else).
+* PYTHON: the CPython versions extensions are built for (one per build) and the tests run under.
+* JAX_SETS: the jax versions tested; each names a hashed lock file of the test environment's
+  wheels in third_party/python/ (build-time pybind11 headers included).
+* XLA_FFI_HEADERS: the jaxlib wheel whose XLA FFI headers the extensions are built against.
 * CUDA_*: NVIDIA's CUDA 13.0 toolkit wheels (nvcc, crt, nvvm, cudart, cccl), fetched the same way,
   and only when a CUDA build is asked for (`--config=cuda`).
 
-The jaxlib pin doubles as the FFI API floor: extensions built against its headers (FFI API 0.3)
-load in this jaxlib and every newer one, so the wheel's Requires-Dist says `jaxlib>=JAXLIB_FLOOR`.
+The FFI headers come from the oldest supported jaxlib (JAXLIB_FLOOR, FFI API 0.3): extensions built
+against them load in that jaxlib and every newer one, so the wheel says `jaxlib>=JAXLIB_FLOOR`.
 """
 
+# The toolchain root: Debian testing (forky), the only suite beside unstable with a Bazel 7.
+# Testing keeps only the newest version of each package, so a pin here is exact while the suite
+# still has it; once it has gone, tools/bazel installs the suite's current version instead (Bazel:
+# only within the same major, else it stops with an error), says so, and records what it installed
+# in the root's /etc/jaxext-toolchain.versions. Refresh the pins from that file. Trixie (stable)
+# would hold python3.13 and g++-14 pins longer (its versions change only at point releases), but
+# only forky has Bazel 7 and python3.14/3.15, and taking single packages from a second suite makes
+# apt pull their exact-version dependencies across suites; one suite plus the fallback suffices.
 DEBIAN_SUITE = "forky"
 
 DEBIAN_PACKAGES = {
@@ -21,41 +30,46 @@ DEBIAN_PACKAGES = {
     "ca-certificates": "20260816+nmu1",
     "g++": "4:16.1.0-3",
     "g++-15": "15.3.0-4",  # nvcc 13.0's newest supported host compiler (CUDA builds only)
+    "python3.13": "3.13.15-1",
+    "python3.13-dev": "3.13.15-1",
+    "python3.13-venv": "3.13.15-1",
     "python3.14": "3.14.8-1",
     "python3.14-dev": "3.14.8-1",
     "python3.14-venv": "3.14.8-1",
+    "python3.15": "3.15.0-1",
+    "python3.15-dev": "3.15.0-1",
+    "python3.15-venv": "3.15.0-1",
 }
 
+# CPython: the versions jaxext is built for and tested under (those of the newest jaxlib). One is
+# selected per build with --repo_env=HERMETIC_PYTHON_VERSION=3.X (default: "default").
 PYTHON = {
-    "version": "3.14.8",  # major.minor must match exactly (ABI); a patch mismatch only warns
+    "versions": ["3.12", "3.13", "3.14", "3.15"],
+    "default": "3.14",
     "index_url": "https://pypi.org/simple",
 }
 
-# The FFI headers are taken from this jaxlib; it is also the oldest jaxlib jaxext supports.
+# The oldest jax/jaxlib jaxext supports. The extensions are built against the XLA FFI headers of
+# this jaxlib (XLA_FFI_HEADERS below), so any jaxlib from here on loads them; the wheel's
+# Requires-Dist says jax/jaxlib >= JAXLIB_FLOOR.
 JAXLIB_FLOOR = "0.10.0"
 
-# name -> (version, sha256 of the wheel for CPython 3.14 / manylinux x86_64 or py3-none-any)
-PYTHON_PACKAGES = {
-    # Benchmark anchors (//benchmarks:limbdark): jaxoplanet and its pure-Python dependencies.
-    "equinox": ("0.13.8", "ca004348533cc30a63ebe8823d7dd4bb626dce17743d40bbddb89b402ef2a240"),
-    "jaxoplanet": ("0.2.0", "2b1f63ea2e51d2d44c97938183d2ce019bc9e1810e018428d3248372eb641dac"),
-    "jaxtyping": ("0.3.11", "8a4bedc4e3f963fa82df41bd13c7ebc2bad925601eb48614c65798f21329d4e3"),
-    "typing-extensions": ("4.16.0", "481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8"),
-    "wadler-lindig": ("0.1.8", "8671e8c98449ae3f4e4ba720eccd63a502b3983042f8d112b49a9c6be49e8d92"),
-    "absl-py": ("2.5.1", "721200f2f0e9960f2ca9dc3a2a706b201f5f75d812c158f059cbbe29eeafbdb8"),
-    "iniconfig": ("2.3.1", "9121e2c1fdb355232495be3194c8dfe87ccc2d5dee45947b78e68f499790d7a7"),
-    "jax": ("0.10.0", "76c42ba163c8db3dc2e449e225b888c0edfb623ded31efdc96d85e0fda1d26e8"),
-    "jaxlib": ("0.10.0", "2a42cf04c0f88bc03b150a17fa7ddbb2f40e096667ec8a1b840ed87913e6e735"),
-    "ml-dtypes": ("0.6.0", "8f490c003369ce60e514a0c3b12374f05274c101fee1bead6740ec8a564032b0"),
-    "mpmath": ("1.4.1", "dc4f0ea2304480d4a9a48a94c1020571558ade522b44a6912efac63a586e140f"),
-    "numpy": ("2.5.5", "c48960d420e90cf305cb1fde0d4e6082cc90512cda87a9acf0b6e04e91cf4abe"),
-    "opt-einsum": ("3.4.0", "69bb92469f86a1565195ece4ac0323943e83477171b91d24c35afe028a90d7cd"),
-    "packaging": ("26.3", "d7193f7c8e4e93f444fde0262bf90af30e16fa0ad0ad44cb553c87339b23cd1c"),
-    "pluggy": ("1.7.0", "7dd7b0d8832ba3cb632c306926ded123429211b83641b35dc5c41ad2d34f9bec"),
-    "pybind11": ("3.1.0", "b8488090f8acffbcb6b5d6a85571a6827a0a2981ffb75e5a0b27b87c4a6b7dd0"),
-    "pygments": ("2.21.0", "2363c69b61c4a97c838da3b130dcd6468f4848992b21a82f2a63ec34377137d9"),
-    "pytest": ("9.2.0", "07acdcf88ec174f907dc01af70bf52d49b014bbab03faeeade31c96b18c2e588"),
-    "scipy": ("1.18.1", "ac0333bdf38309aa3dcbe7e3fa7ea29e7a2c37c6ea306a757b700ded8e4596ad"),
+# The XLA FFI headers: jaxlib/include/xla/ffi/api/*.h of one JAXLIB_FLOOR wheel (any Python's wheel
+# carries the same headers; only that directory is extracted).
+XLA_FFI_HEADERS = {
+    "jaxlib": "0.10.0",
+    "url": "https://files.pythonhosted.org/packages/a1/8e/b2a08ffc51c93842de71f7f988865cebfa7f43d6721957812dc8cc8b9d40/jaxlib-0.10.0-cp314-cp314-manylinux_2_27_x86_64.whl",
+    "sha256": "2a42cf04c0f88bc03b150a17fa7ddbb2f40e096667ec8a1b840ed87913e6e735",
+}
+
+# The Python packages of the test environment: one hashed lock file per jax version set,
+# third_party/python/requirements_lock_<set>.txt, generated by tools/lock_python.py from
+# requirements_<set>.in. One is selected with --repo_env=JAXEXT_JAX=<set> (default: "default").
+# CI runs the whole test suite under each set.
+JAX_SETS = {
+    "floor": "0.10.0",  # == JAXLIB_FLOOR
+    "newest": "0.12.0.1",  # the newest release on PyPI
+    "default": "newest",
 }
 
 # NVIDIA's CUDA toolkit as PyPI wheels: name -> (version, sha256 of the manylinux x86_64 wheel).

@@ -11,10 +11,13 @@ or the consumer's WORKSPACE; offline, tools/bazel points them at Debian's copies
 load("//third_party/batman:batman_repository.bzl", "batman_repository")
 load("//third_party/cuda:cuda_repository.bzl", "cuda_repository")
 load("//third_party/python:python_repository.bzl", "python_repository")
+load("//third_party/xla_ffi:xla_ffi_repository.bzl", "xla_ffi_repository")
 
 def jaxext_dependencies():
     if not native.existing_rule("jaxext_python"):
         python_repository(name = "jaxext_python")
+    if not native.existing_rule("jaxext_xla_ffi"):
+        xla_ffi_repository(name = "jaxext_xla_ffi")
     if not native.existing_rule("jaxext_cuda"):
         cuda_repository(name = "jaxext_cuda")  # fetched only by --config=cuda builds
     if not native.existing_rule("jaxext_batman"):

@@ -1,0 +1,78 @@
+"""The one place jaxext touches jax internals: version-gated, so a new jax is a one-file change.
+
+Everything with a public equivalent is used publicly elsewhere (`jax.extend.core.Primitive`,
+`jax.ffi`, `jax.core.ShapedArray`, `jax.numpy`). What a primitive still needs that jax exposes only
+through `jax.interpreters` (its rule registries and a few helpers) is wrapped here:
+
+* `register_lowering(prim, rule, platform)`   mlir.register_lowering
+* `register_jvp(prim, rule)`                  ad.primitive_jvps
+* `register_batching(prim, rule)`             batching.primitive_batchers
+* `NOT_MAPPED`, `is_mapped(dim)`              the batch dimension of an operand vmap does not map
+* `batch_axis_to_front(x, dim, size)`         an operand with its batch axis first (broadcast if
+                                              unmapped), written with jax.numpy
+* `is_zero_tangent(t)`, `instantiate_zeros(t)`   symbolic-zero tangents in JVP rules
+
+Supported: jax 0.10.0 (the FFI floor) through 0.12.x; `tests/compat_test.py` checks the gates.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+from jax.interpreters import ad, batching, mlir
+
+__all__ = [
+    "JAX_VERSION", "NOT_MAPPED", "batch_axis_to_front", "instantiate_zeros", "is_mapped",
+    "is_zero_tangent", "register_batching", "register_jvp", "register_lowering",
+]
+
+
+def _parse_version(text: str) -> tuple[int, ...]:
+  """(major, minor, patch) of a jax version string, e.g. '0.12.0.1' or '0.13.0.dev20270101'."""
+  m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+  if not m:
+    raise RuntimeError(f"jaxext cannot parse the jax version {text!r}")
+  return tuple(int(g or 0) for g in m.groups())
+
+
+JAX_VERSION = _parse_version(jax.__version__)
+
+# jax 0.12 removed the public alias `batching.not_mapped`; unmapped operands have batch dim None
+# (as they had before, under that name).
+if JAX_VERSION < (0, 12, 0):
+  NOT_MAPPED = batching.not_mapped
+else:
+  NOT_MAPPED = None
+
+
+def is_mapped(dim) -> bool:
+  return dim is not NOT_MAPPED
+
+
+def batch_axis_to_front(x, dim, size: int):
+  """`x` with its batch axis `dim` moved to the front; broadcast to `size` first if unmapped."""
+  if dim is NOT_MAPPED:
+    return jnp.broadcast_to(x, (size,) + tuple(jnp.shape(x)))
+  return jnp.moveaxis(x, dim, 0)
+
+
+def register_lowering(prim, rule, platform: str) -> None:
+  mlir.register_lowering(prim, rule, platform=platform)
+
+
+def register_jvp(prim, rule) -> None:
+  ad.primitive_jvps[prim] = rule
+
+
+def register_batching(prim, rule) -> None:
+  batching.primitive_batchers[prim] = rule
+
+
+def is_zero_tangent(t) -> bool:
+  return type(t) is ad.Zero
+
+
+def instantiate_zeros(t):
+  return ad.instantiate_zeros(t)

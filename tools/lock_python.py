@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Regenerates the hashed Python lock files of jaxext's hermetic test environments.
+
+    python3 tools/lock_python.py            # every set of third_party/python/requirements_*.in
+    python3 tools/lock_python.py newest     # one set
+
+Each `third_party/python/requirements_<set>.in` (the jax version of the set plus the common
+`requirements.in`) is resolved by pip, once per CPython of `PYTHON_VERSIONS` in
+`third_party/pins.bzl`, for CPython wheels on manylinux x86_64 (no source builds), and written to
+`requirements_lock_<set>.txt`: one `name==version` line per package with the sha256 of every wheel
+the supported Pythons install (a version that differs between Pythons gets one line per Python,
+with an environment marker). A Python for which the set cannot be resolved (jaxlib 0.10.0 has no
+CPython 3.15 wheels) is left out, and the lock's `# python-versions:` header says which are in;
+the repository rule (third_party/python/python_repository.bzl) refuses the others with that reason.
+
+Resolution needs network access to the package index (`--index-url`, default PyPI) and a pip new
+enough for `--report`; the tool makes a scratch virtual environment with one if the running pip is
+older. Re-run it when a `.in` file changes, and commit the lock files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PYDIR = os.path.join(ROOT, "third_party", "python")
+PINS = os.path.join(ROOT, "third_party", "pins.bzl")
+
+# Platforms the test environments run on: the toolchain root (glibc 2.4x) and machines like it.
+PLATFORMS = ["manylinux2014_x86_64"] + [f"manylinux_2_{n}_x86_64" for n in range(17, 40)]
+PIP = "pip==26.3"
+
+
+def pins_value(name: str):
+  """A top-level constant of pins.bzl (Starlark literals are Python literals)."""
+  tree = ast.parse(open(PINS).read(), PINS)
+  for node in tree.body:
+    if isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == name for t in node.targets):
+      return ast.literal_eval(node.value)
+  raise KeyError(f"{name} not in {PINS}")
+
+
+def normalize(name: str) -> str:
+  return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pip_command(scratch: str) -> list[str]:
+  """A pip with --report and --python-version checks that work across versions."""
+  try:
+    out = subprocess.run([sys.executable, "-m", "pip", "--version"], check=True,
+                         capture_output=True, text=True).stdout
+    major = int(re.match(r"pip (\d+)", out).group(1))
+  except (subprocess.CalledProcessError, AttributeError):
+    major = 0
+  if major >= 24:
+    return [sys.executable, "-m", "pip"]
+  venv = os.path.join(scratch, "pip-venv")
+  subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+  py = os.path.join(venv, "bin", "python")
+  subprocess.run([py, "-m", "pip", "install", "--isolated", "--quiet", "--disable-pip-version-check",
+                  PIP], check=True)
+  return [py, "-m", "pip"]
+
+
+def resolve(pip: list[str], infile: str, version: str, index_url: str,
+            scratch: str) -> dict[str, tuple[str, str]] | str:
+  """{name: (version, sha256)} for CPython `version`, or the reason it cannot be resolved."""
+  report = os.path.join(scratch, f"report-{os.path.basename(infile)}-{version}.json")
+  tag = "cp" + version.replace(".", "")
+  cmd = pip + ["install", "--isolated", "--disable-pip-version-check", "--dry-run",
+               "--ignore-installed", "--quiet", "--report", report, "--only-binary=:all:",
+               "--python-version", version, "--implementation", "cp", "--abi", tag,
+               "--abi", "abi3", "--abi", "none", "--target", os.path.join(scratch, "target"),
+               "--index-url", index_url, "-r", infile]
+  for p in PLATFORMS:
+    cmd += ["--platform", p]
+  res = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(infile))
+  if res.returncode != 0:
+    lines = [l for l in res.stderr.splitlines() if l.startswith("ERROR")]
+    return (lines[0] if lines else res.stderr.strip().splitlines()[-1]).removeprefix("ERROR: ")
+  with open(report) as f:
+    data = json.load(f)
+  out = {}
+  for item in data["install"]:
+    name = normalize(item["metadata"]["name"])
+    sha = item["download_info"]["archive_info"]["hashes"]["sha256"]
+    out[name] = (item["metadata"]["version"], sha)
+  return out
+
+
+def lock(set_name: str, versions: list[str], index_url: str, pip: list[str], scratch: str) -> str:
+  infile = os.path.join(PYDIR, f"requirements_{set_name}.in")
+  per_python, skipped = {}, {}
+  for v in versions:
+    r = resolve(pip, infile, v, index_url, scratch)
+    if isinstance(r, str):
+      skipped[v] = r
+      print(f"  {set_name}: Python {v} left out: {r}", file=sys.stderr)
+    else:
+      per_python[v] = r
+      print(f"  {set_name}: Python {v}: {len(r)} packages", file=sys.stderr)
+  if not per_python:
+    raise SystemExit(f"{infile}: no Python of {versions} resolves")
+  names = sorted(set().union(*per_python.values()))
+  lines = [
+      f"# Generated by tools/lock_python.py from requirements_{set_name}.in; do not edit.",
+      "# Every wheel is pinned by its sha256 (pip --require-hashes); CPython wheels for manylinux x86_64.",
+      "# python-versions: " + " ".join(sorted(per_python, key=lambda s: tuple(map(int, s.split("."))))),
+  ]
+  for v, why in skipped.items():
+    lines.append(f"# python {v} not supported: {why}")
+  for name in names:
+    by_version: dict[str, list[str]] = {}
+    for v, pkgs in per_python.items():
+      if name in pkgs:
+        by_version.setdefault(pkgs[name][0], []).append(v)
+    for pkg_version, pythons in sorted(by_version.items()):
+      hashes = sorted({per_python[v][name][1] for v in pythons})
+      marker = ""
+      if len(pythons) != len(per_python):
+        marker = " ; " + " or ".join(f'python_version == "{v}"' for v in sorted(pythons))
+      lines.append(f"{name}=={pkg_version}{marker} \\")
+      lines += [f"    --hash=sha256:{h} \\" for h in hashes[:-1]]
+      lines.append(f"    --hash=sha256:{hashes[-1]}")
+  return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("sets", nargs="*", help="set names (default: every requirements_<set>.in)")
+  p.add_argument("--index-url", default=pins_value("PYTHON")["index_url"])
+  args = p.parse_args()
+  sets = args.sets or sorted(
+      m.group(1) for f in os.listdir(PYDIR) if (m := re.fullmatch(r"requirements_(\w+)\.in", f)))
+  versions = list(pins_value("PYTHON")["versions"])
+  with tempfile.TemporaryDirectory() as scratch:
+    pip = pip_command(scratch)
+    for s in sets:
+      text = lock(s, versions, args.index_url, pip, scratch)
+      path = os.path.join(PYDIR, f"requirements_lock_{s}.txt")
+      with open(path, "w") as f:
+        f.write(text)
+      print(f"wrote {os.path.relpath(path, ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+  main()
