@@ -1,4 +1,7 @@
-"""Installs the built wheel into a clean virtual environment and uses it from a subprocess.
+"""Installs the built wheel into a clean virtual environment and uses every op there.
+
+CI runs this under every CPython the wheel is built for (--config=python3.X): the wheel's tags and
+metadata must be true, and in the clean environment each op must work under jit, vmap and grad.
 
 Nothing of the checkout is importable there: the subprocess runs `python -I` (no PYTHONPATH, no
 user site, no script directory on sys.path) from an empty directory. Only jax and its dependencies
@@ -11,6 +14,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -20,6 +24,7 @@ import sysconfig
 import tempfile
 import zipfile
 
+import numpy as np
 import pytest
 
 WHEEL_DIR = os.environ["JAXEXT_WHEEL_DIR"]
@@ -92,20 +97,71 @@ def test_metadata_and_record():
     assert "jaxext/cpu/_cpu_ops.so" in names
 
 
+# Run in the clean virtual environment: every op under jit, vmap and grad, results as JSON. The
+# test checks them against closed forms computed here, independently of jaxext.
 _SCRIPT = r"""
-import json, os, sys
-import jax
+import json, sys
+import jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
 import jaxext
-s, c = jax.jit(jaxext.kepler)(jax.numpy.array([0.5, 2.0, -3.0]), 0.6)
-g = jax.grad(lambda m: jaxext.kepler(m, 0.6)[0])(0.5)
-print(json.dumps({"file": jaxext.__file__, "version": jaxext.__version__,
-                  "sin": [float(x) for x in s], "cos": [float(x) for x in c], "grad": float(g),
-                  "path": sys.path}))
+out = {"file": jaxext.__file__, "version": jaxext.__version__, "path": sys.path,
+       "jax": jax.__version__, "python": "%d.%d" % sys.version_info[:2]}
+lst = lambda x: [float(v) for v in jnp.ravel(jnp.asarray(x))]
+
+# kepler
+m = jnp.array([0.5, 2.0, -3.0, 7.0])
+s, c = jax.jit(jaxext.kepler)(m, 0.6)
+out["kepler_jit"] = [lst(s), lst(c)]
+mm = jnp.array([[0.1, 1.0, 2.5], [-1.0, 0.3, 3.0]])
+ee = jnp.array([0.2, 0.9])
+out["kepler_vmap"] = lst(jax.vmap(lambda a, e: jaxext.kepler(a, e)[0])(mm, ee))
+out["kepler_vmap_rows"] = [lst(jaxext.kepler(mm[i], ee[i])[0]) for i in range(2)]
+out["kepler_grad"] = float(jax.grad(lambda a: jaxext.kepler(a, 0.6)[0])(0.5))
+
+# limb_dark_flux: a uniform disk (u = 0) has closed forms
+zero = jnp.zeros(2)
+b = jnp.array([0.0, 0.5, 0.95, 1.05, 2.0])
+out["limbdark_jit"] = lst(jax.jit(jaxext.limb_dark_flux)(b, 0.1, zero))
+bb = jnp.array([[0.0, 0.3, 0.95], [0.5, 1.0, 1.2]])
+rr = jnp.array([0.1, 0.3])
+out["limbdark_vmap"] = lst(jax.vmap(jaxext.limb_dark_flux, in_axes=(0, 0, None))(bb, rr, zero))
+out["limbdark_grad_r"] = float(jax.grad(lambda r: jaxext.limb_dark_flux(0.3, r, zero))(0.1))
+out["limbdark_grad_b"] = float(jax.grad(lambda x: jaxext.limb_dark_flux(x, 0.1, zero))(0.97))
+u = jnp.array([0.4, 0.26])
+out["quadratic"] = [float(jaxext.quadratic_limb_dark_flux(0.3, 0.1, 0.4, 0.26)),
+                    float(jaxext.limb_dark_flux(0.3, 0.1, u))]
+
+# transit_light_curve
+orbit = dict(period=3.5, t0=0.3, a=9.0, impact=0.2, u=u)
+t = jnp.array([0.3, 0.3 + 0.5, 0.3 + 1.75])
+out["transit_jit"] = lst(jax.jit(lambda t: jaxext.transit_light_curve(t, r=0.1, **orbit))(t))
+out["transit_mid_expected"] = float(jaxext.limb_dark_flux(0.2, 0.1, u))
+radii = jnp.array([0.05, 0.1, 0.2])
+out["transit_vmap"] = lst(jax.vmap(lambda r: jaxext.transit_light_curve(0.3, r=r, **orbit))(radii))
+out["transit_vmap_rows"] = [float(jaxext.transit_light_curve(0.3, r=r, **orbit)) for r in radii]
+f = lambda r: jaxext.transit_light_curve(jnp.array([0.28, 0.3, 0.33]), r=r, **orbit).sum()
+out["transit_grad"] = float(jax.grad(f)(0.1))
+out["transit_fd"] = float((f(0.1 + 1e-6) - f(0.1 - 1e-6)) / 2e-6)
+print(json.dumps(out))
 """
 
 
-def test_installed_wheel_works_in_a_clean_venv():
+def uniform_disk_flux(b, r):
+  """Unocculted fraction of a uniform disk: 1 - (lens area of two circles) / pi."""
+  b, r = float(b), float(r)
+  if b >= 1 + r:
+    return 1.0
+  if b + r <= 1:
+    return 1 - r * r
+  if r >= 1 + b:
+    return 0.0
+  k0 = math.acos((b * b + r * r - 1) / (2 * b * r))
+  k1 = math.acos((b * b + 1 - r * r) / (2 * b))
+  area = r * r * k0 + k1 - 0.5 * math.sqrt(max(0.0, 4 * b * b - (1 + b * b - r * r) ** 2))
+  return 1 - area / math.pi
+
+
+def _run_in_clean_venv():
   with tempfile.TemporaryDirectory() as tmp:
     venv = os.path.join(tmp, "venv")
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
@@ -122,18 +178,63 @@ def test_installed_wheel_works_in_a_clean_venv():
     assert check.returncode == 0, check.stdout + check.stderr
     empty = os.path.join(tmp, "empty")
     os.mkdir(empty)
-    out = subprocess.run([py, "-I", "-c", _SCRIPT], check=True, capture_output=True, text=True,
-                         env=env, cwd=empty)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["file"].startswith(site), result["file"]
-    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    assert not any(p.startswith(checkout) for p in result["path"] if p), result["path"]
+    out = subprocess.run([py, "-I", "-c", _SCRIPT], capture_output=True, text=True, env=env,
+                         cwd=empty)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return site, json.loads(out.stdout.strip().splitlines()[-1])
 
-    import jax
-    jax.config.update("jax_enable_x64", True)
-    import jaxext
-    s, c = jaxext.kepler(jax.numpy.array([0.5, 2.0, -3.0]), 0.6)
-    assert result["sin"] == [float(x) for x in s]
-    assert result["cos"] == [float(x) for x in c]
-    assert result["grad"] == pytest.approx(
-        float(jax.grad(lambda m: jaxext.kepler(m, 0.6)[0])(0.5)), rel=1e-15)
+
+@pytest.fixture(scope="module")
+def installed():
+  return _run_in_clean_venv()
+
+
+def test_installed_wheel_is_what_runs(installed):
+  site, result = installed
+  assert result["file"].startswith(site), result["file"]
+  checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  assert not any(p.startswith(checkout) for p in result["path"] if p), result["path"]
+  import jax
+  import jaxext
+  assert result["version"] == jaxext.__version__
+  assert result["jax"] == jax.__version__
+  assert result["python"] == "%d.%d" % sys.version_info[:2]
+
+
+def test_installed_kepler_jit_vmap_grad(installed):
+  _, r = installed
+  m = np.array([0.5, 2.0, -3.0, 7.0])
+  s, c = (np.array(v) for v in r["kepler_jit"])
+  ecc_anom = np.arctan2(s, c)
+  residual = np.angle(np.exp(1j * (ecc_anom - 0.6 * s - m)))  # E - e sin E - M, modulo 2 pi
+  np.testing.assert_allclose(residual, 0, atol=1e-13)
+  np.testing.assert_allclose(s * s + c * c, 1, atol=1e-14)
+  np.testing.assert_array_equal(r["kepler_vmap"], np.ravel(r["kepler_vmap_rows"]))
+  s0, c0 = s[0], c[0]
+  assert r["kepler_grad"] == pytest.approx(c0 / (1 - 0.6 * c0), rel=1e-12)  # dsinE/dM
+
+
+def test_installed_limbdark_jit_vmap_grad(installed):
+  _, r = installed
+  want = [uniform_disk_flux(b, 0.1) for b in (0.0, 0.5, 0.95, 1.05, 2.0)]
+  np.testing.assert_allclose(r["limbdark_jit"], want, rtol=0, atol=1e-13)
+  bb = [[0.0, 0.3, 0.95], [0.5, 1.0, 1.2]]
+  want = [uniform_disk_flux(b, rad) for row, rad in zip(bb, (0.1, 0.3)) for b in row]
+  np.testing.assert_allclose(r["limbdark_vmap"], want, rtol=0, atol=1e-13)
+  assert r["limbdark_grad_r"] == pytest.approx(-0.2, abs=1e-13)  # d(1 - r^2)/dr
+  h = 1e-6
+  fd = (uniform_disk_flux(0.97 + h, 0.1) - uniform_disk_flux(0.97 - h, 0.1)) / (2 * h)
+  assert r["limbdark_grad_b"] == pytest.approx(fd, rel=1e-6)
+  assert r["quadratic"][0] == r["quadratic"][1]
+  # Limb-darkened: near the centre the planet blocks ~1.19 r^2 (I(0.95)/<I> for this law).
+  assert 1 - 0.0125 < r["quadratic"][0] < 1 - 0.0115
+
+
+def test_installed_transit_jit_vmap_grad(installed):
+  _, r = installed
+  mid, out_of_transit, behind = r["transit_jit"]
+  assert mid == pytest.approx(r["transit_mid_expected"], abs=1e-14)
+  assert out_of_transit == 1.0 and behind == 1.0
+  np.testing.assert_allclose(r["transit_vmap"], r["transit_vmap_rows"], rtol=0, atol=1e-15)
+  assert r["transit_grad"] == pytest.approx(r["transit_fd"], rel=1e-6)
+  assert r["transit_grad"] < 0  # a bigger planet blocks more light

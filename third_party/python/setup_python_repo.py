@@ -15,6 +15,18 @@ import sys
 import sysconfig
 
 
+def cert_args() -> list[str]:
+  """pip's --cert: the system's CA bundle where there is one.
+
+  Debian's pip trusts the system store, but an interpreter built elsewhere (pyenv's, python.org's)
+  brings a pip that trusts only its own copy of certifi, which lacks the CAs a site adds.
+  """
+  for bundle in (os.environ.get("SSL_CERT_FILE", ""), "/etc/ssl/certs/ca-certificates.crt"):
+    if bundle and os.path.isfile(bundle):
+      return ["--cert", bundle]
+  return []
+
+
 def main() -> None:
   out_dir, lock, index_url, jax_set = sys.argv[1:5]
   venv = os.path.join(out_dir, "venv")
@@ -25,7 +37,7 @@ def main() -> None:
   subprocess.run(
       [vpy, "-m", "pip", "install", "--isolated", "--no-input", "--disable-pip-version-check",
        "--require-hashes", "--no-deps", "--only-binary=:all:", "--index-url", index_url,
-       "--quiet", "-r", lock],
+       "--quiet", "-r", lock] + cert_args(),
       check=True, env=env)
 
   # Python headers (with Debian's multiarch pyconfig.h folded in).
