@@ -1,0 +1,110 @@
+"""jaxext/_jax_compat.py against the jax it runs with (CI runs this under every jax set).
+
+The gates are checked by behaviour: a toy primitive registered only through the compat layer must
+see what vmap and jvp really pass, so a jax release that changes the conventions fails here first,
+with the name of the helper to fix.
+"""
+
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend.core import Primitive
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxext  # noqa: E402  (after enabling x64)
+from jaxext import _jax_compat as compat  # noqa: E402
+
+seen = {}
+
+toy_p = Primitive("jaxext_compat_test_toy")  # toy(x, y) = x * y, element-wise; eager only
+
+
+def _toy_batch(args, dims):
+  seen["dims"] = dims
+  x, y = args
+  size = next(a.shape[d] for a, d in zip(args, dims) if compat.is_mapped(d))
+  x = compat.batch_axis_to_front(x, dims[0], size)
+  y = compat.batch_axis_to_front(y, dims[1], size)
+  return toy_p.bind(x, y), 0
+
+
+def _toy_jvp(primals, tangents):
+  seen["zero"] = tuple(compat.is_zero_tangent(t) for t in tangents)
+  x, y = primals
+  dx, dy = (compat.instantiate_zeros(t) for t in tangents)
+  return toy_p.bind(x, y), dx * y + x * dy
+
+
+toy_p.def_abstract_eval(lambda x, y: jax.core.ShapedArray(x.shape, x.dtype))
+toy_p.def_impl(lambda x, y: np.asarray(x) * np.asarray(y))
+compat.register_batching(toy_p, _toy_batch)
+compat.register_jvp(toy_p, _toy_jvp)
+
+
+def test_version_parsing():
+  assert compat._parse_version("0.12.0.1") == (0, 12, 0)
+  assert compat._parse_version("0.10.0") == (0, 10, 0)
+  assert compat._parse_version("0.13.0.dev20270101") == (0, 13, 0)
+  assert compat._parse_version("1.0") == (1, 0, 0)
+  with pytest.raises(RuntimeError, match="cannot parse"):
+    compat._parse_version("nightly")
+  assert compat.JAX_VERSION == compat._parse_version(jax.__version__)
+  assert compat.JAX_VERSION >= (0, 10, 0)
+
+
+def test_vmap_passes_not_mapped_for_unbatched_operands():
+  x = jnp.arange(6.0).reshape(3, 2)
+  y = jnp.array([10.0, 20.0])
+  got = jax.vmap(toy_p.bind, in_axes=(0, None))(x, y)
+  assert seen["dims"] == (0, compat.NOT_MAPPED)
+  assert compat.is_mapped(seen["dims"][0]) and not compat.is_mapped(seen["dims"][1])
+  np.testing.assert_array_equal(got, np.asarray(x) * np.asarray(y))
+  # Batch axis not in front, and the other operand unmapped.
+  got = jax.vmap(toy_p.bind, in_axes=(None, 1))(y, x.T)
+  assert seen["dims"] == (compat.NOT_MAPPED, 1)
+  np.testing.assert_array_equal(got, np.asarray(x) * np.asarray(y))
+
+
+def test_batch_axis_to_front():
+  x = jnp.arange(24.0).reshape(2, 3, 4)
+  np.testing.assert_array_equal(compat.batch_axis_to_front(x, 2, 4), np.moveaxis(np.asarray(x), 2, 0))
+  b = compat.batch_axis_to_front(x, compat.NOT_MAPPED, 5)
+  assert b.shape == (5, 2, 3, 4)
+  np.testing.assert_array_equal(b[3], x)
+
+
+def test_jvp_sees_symbolic_zero_tangents():
+  x, y = 3.0, 4.0
+  assert jax.grad(toy_p.bind, argnums=0)(x, y) == 4.0
+  assert seen["zero"] == (False, True)
+  assert jax.grad(toy_p.bind, argnums=1)(x, y) == 3.0
+  assert seen["zero"] == (True, False)
+
+
+def test_no_jax_internals_outside_the_compat_module():
+  pkg = os.path.dirname(jaxext.__file__)
+  internal = re.compile(r"^\s*(from|import)\s+jax\.(interpreters|_src|lib)\b|jax\._src\.", re.M)
+  offenders = []
+  for root, _, files in os.walk(pkg):
+    for f in files:
+      if f.endswith(".py") and f != "_jax_compat.py":
+        path = os.path.join(root, f)
+        with open(path) as fh:
+          if internal.search(fh.read()):
+            offenders.append(os.path.relpath(path, pkg))
+  assert not offenders, f"jax internals used outside jaxext/_jax_compat.py: {offenders}"
+
+
+def test_every_op_is_vmappable():
+  """The user-visible regression of jax 0.12: vmap of each op raised AttributeError."""
+  m = jnp.linspace(-3, 3, 6).reshape(2, 3)
+  s, _ = jax.vmap(jaxext.kepler, in_axes=(0, None))(m, 0.5)
+  np.testing.assert_array_equal(s, jaxext.kepler(m, 0.5)[0])
+  b = jnp.linspace(0, 1.2, 6).reshape(2, 3)
+  f = jax.vmap(jaxext.limb_dark_flux, in_axes=(0, None, None))(b, 0.1, jnp.array([0.4, 0.2]))
+  np.testing.assert_array_equal(f, jaxext.limb_dark_flux(b, 0.1, jnp.array([0.4, 0.2])))
