@@ -4,6 +4,11 @@
     sin_E, cos_E = jaxext.kepler(mean_anomaly, eccentricity)
     flux = jaxext.limb_dark_flux(b, r, u)               # occultation of a limb-darkened star
     flux = jaxext.transit_light_curve(t, period=..., t0=..., a=..., impact=..., r=..., u=...)
+
+    @jaxext.numba_kernel(outputs=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype))
+    def double(x, out):                                 # a Numba kernel as a JAX op (needs numba)
+        for i in range(x.shape[0]):
+            out[i] = 2 * x[i]
 """
 
 from jaxext import _ffi
@@ -14,12 +19,28 @@ from jaxext.version import __version__
 
 _ffi.register_all()
 
+
+def numba_kernel(outputs, **options):
+  """Decorator: a Numba-compatible function as a JAX operation (jaxext.numba_bridge.kernel).
+
+  Needs Numba (`pip install 'jaxext[numba]'`), imported on first use: the rest of jaxext works
+  without it.
+  """
+  try:
+    from jaxext.numba_bridge import kernel
+  except ImportError as err:
+    raise ImportError(f"jaxext.numba_kernel needs Numba, which is not importable ({err}); "
+                      "install it with: pip install 'jaxext[numba]'") from err
+  return kernel.numba_kernel(outputs, **options)
+
+
 __all__ = [
     "__version__",
     "kepler",
     "kepler_p",
     "limb_dark_flux",
     "limbdark_p",
+    "numba_kernel",
     "quadratic_limb_dark_flux",
     "sky_separation",
     "transit_light_curve",

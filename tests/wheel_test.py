@@ -74,7 +74,8 @@ def test_metadata_and_record():
     dist = [n for n in names if n.endswith(".dist-info/METADATA")][0].rsplit("/", 1)[0]
     meta = z.read(f"{dist}/METADATA").decode()
     for field in ["Name: jaxext", "Requires-Python: >=3.", "Requires-Dist: jax>=",
-                  "Requires-Dist: jaxlib>=", "License-Expression: MIT"]:
+                  "Requires-Dist: jaxlib>=", "License-Expression: MIT", "Provides-Extra: numba",
+                  'Requires-Dist: numba>=0.68.1; extra == "numba"']:
       assert field in meta, field
     floor = re.search(r"Requires-Dist: jaxlib>=([\d.]+)", meta).group(1)
     import jax

@@ -157,6 +157,9 @@ def main():
       f"Requires-Dist: jax>={args.jaxlib_floor}",
       f"Requires-Dist: jaxlib>={args.jaxlib_floor}",
       "Requires-Dist: numpy>=1.26",
+      # jaxext.numba_kernel: the extra installs Numba; the rest of jaxext imports without it.
+      "Provides-Extra: numba",
+      'Requires-Dist: numba>=0.68.1; extra == "numba"',
       "Description-Content-Type: text/markdown",
       "",
       readme,

@@ -1,6 +1,7 @@
 // The `_cpu_ops` extension module: registrations() -> {target name: FFI handler capsule}.
 #include "jaxext/cpu/kepler_cpu.h"
 #include "jaxext/cpu/limbdark_cpu.h"
+#include "jaxext/cpu/numba_cpu.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
 #include "jaxext/common/ffi_helpers.h"
@@ -20,7 +21,17 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF32);
     d["jaxext_limbdark_grad_f64"] =
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF64);
+    d["jaxext_numba_call"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextNumbaCallCpu);
     return d;
   });
+  // jaxext.numba_kernel: the entry point of a compiled kernel, by content id (see numba_cpu.h).
+  m.def(
+      "register_numba_kernel",
+      [](int64_t id, uintptr_t address) {
+        if (address == 0) throw py::value_error("null Numba entry point");
+        jaxext::cpu::RegisterNumbaKernel(id, reinterpret_cast<jaxext::cpu::NumbaEntry>(address));
+      },
+      py::arg("kernel_id"), py::arg("address"));
+  m.def("is_numba_kernel_registered", &jaxext::cpu::IsNumbaKernelRegistered, py::arg("kernel_id"));
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 }

@@ -1,0 +1,37 @@
+// CPU FFI handler of jaxext.numba_kernel: calls a Numba-compiled C function, no Python involved.
+//
+// A kernel is known to the handler by a 63-bit content id (a hash of the kernel's code and its
+// compiled signature, computed in Python), never by address: `RegisterNumbaKernel` maps id -> entry
+// point in this process, so an executable restored from jax's compilation cache, or a jax.export'ed
+// function, either finds the kernel compiled in this process or fails with an error naming it.
+#ifndef JAXEXT_CPU_NUMBA_CPU_H_
+#define JAXEXT_CPU_NUMBA_CPU_H_
+
+#include <cstdint>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxext {
+namespace cpu {
+
+// The entry point Numba compiles (jaxext/numba_bridge/compile_cpu.py generates it):
+//   data[i]    operand i's data (arguments first, then results)
+//   shapes     every operand's dimensions, concatenated in operand order
+//   fparams    float parameters; iparams: integer parameters
+//   status     set to 0 on success, non-zero if the kernel raised
+using NumbaEntry = void (*)(void* const* data, const int64_t* shapes, const double* fparams,
+                            const int64_t* iparams, int32_t* status);
+
+void RegisterNumbaKernel(int64_t id, NumbaEntry entry);
+bool IsNumbaKernelRegistered(int64_t id);
+
+// Operands: any number of buffers (arguments), results likewise. Attributes:
+//   kernel_id (i64), name (string, for errors), fparams (f64[]), iparams (i64[]),
+//   nbatch (i64): leading batch axes looped over natively (vmap="sequential");
+//   bmasks (i64[], one per argument then result): bit j set when the operand has batch axis j.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextNumbaCallCpu);
+
+}  // namespace cpu
+}  // namespace jaxext
+
+#endif  // JAXEXT_CPU_NUMBA_CPU_H_

@@ -1,0 +1,236 @@
+"""A Python function compiled by Numba to a native entry point for the CPU.
+
+This is the reusable layer of the bridge: `compile_cpu(fn, signature)` returns a `CpuEntry` whose
+address is a C function XLA's handler (jaxext/cpu/numba_cpu.cc) calls with raw buffers, and whose
+`kernel_id` names it by content. Kernels (`jaxext.numba_kernel`) are one user; the ODE integrator's
+right-hand sides are meant to be another.
+
+The entry point is a generated Numba `cfunc`
+
+    void entry(void** data, int64* shapes, double* fparams, int64* iparams, int32* status)
+
+that rebuilds each operand with `numba.carray` (shapes are run-time values: one compilation per
+dtypes, ranks and parameter kinds serves every shape), calls the user's function, and reports an
+exception through `status` (Numba cannot propagate exceptions out of a cfunc; it would print them
+and return as if nothing happened).
+
+Caching: the generated wrapper is written to a file named by its content id under the cache
+directory (`JAXEXT_NUMBA_CACHE_DIR`, default `~/.cache/jaxext/numba`) and compiled with Numba's
+`cache=True`, so a new process loads machine code from disk instead of compiling. An unwritable
+cache directory only disables the disk cache.
+
+The content id (63 bits of a SHA-256) covers the function's bytecode and constants, the values of
+the simple globals it reads (numbers, strings, tuples, NumPy arrays), the functions and Numba
+dispatchers it calls (recursively), the signature, and the Numba and jaxext versions. Two
+processes that define the same kernel agree on its id, which is how an executable restored from
+jax's compilation cache finds the kernel compiled in the new process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+import types as pytypes
+
+import numpy as np
+
+try:
+  import numba
+  from numba import types as nbtypes
+except ImportError as err:  # pragma: no cover - exercised by tests without numba
+  raise ImportError(
+      "jaxext.numba_kernel needs Numba: pip install 'jaxext[numba]' (numba>=0.68)") from err
+
+from jaxext.version import __version__ as _jaxext_version
+
+# dtype name -> NumPy dtype the kernel sees (XLA's PRED is one byte, as NumPy's bool_).
+DTYPES = {name: np.dtype(name) for name in ("float32", "float64", "int32", "int64", "bool")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+  """What one compilation serves: operand dtypes and ranks, and the kinds of the parameters."""
+  args: tuple[tuple[str, int], ...]      # (dtype name, rank) per input
+  results: tuple[tuple[str, int], ...]   # the same per output
+  params: tuple[str, ...]                # "f" (float64) or "i" (int64) per parameter, in order
+
+  def describe(self) -> str:
+    fmt = lambda ops: ", ".join(f"{d}[{','.join(':' * r) if r else ''}]" for d, r in ops)
+    params = ", ".join({"f": "float64", "i": "int64"}[k] for k in self.params)
+    return f"({fmt(self.args)}) -> ({fmt(self.results)})" + (f" with ({params})" if params else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuEntry:
+  kernel_id: int
+  address: int
+  signature: Signature
+  cfunc: object  # keeps the compiled code alive
+
+
+def _fingerprint(obj, h, seen) -> None:
+  """Feeds the content of a function (and what it depends on) into hash `h`."""
+  if isinstance(obj, numba.core.dispatcher.Dispatcher):
+    h.update(b"dispatcher")
+    obj = obj.py_func
+  if isinstance(obj, pytypes.FunctionType):
+    if id(obj) in seen:
+      h.update(b"recursive")
+      return
+    seen.add(id(obj))
+    code = obj.__code__
+    h.update(obj.__qualname__.encode())
+    _code(code, h)
+    names = set(_names(code))
+    for name in sorted(names):
+      if name in obj.__globals__:
+        h.update(name.encode())
+        _fingerprint(obj.__globals__[name], h, seen)
+    for cell in obj.__closure__ or ():
+      try:
+        _fingerprint(cell.cell_contents, h, seen)
+      except ValueError:  # empty cell
+        h.update(b"empty-cell")
+    if obj.__defaults__:
+      _fingerprint(obj.__defaults__, h, seen)
+  elif isinstance(obj, (bool, int, float, complex, str, bytes, type(None))):
+    h.update(repr((type(obj).__name__, obj)).encode())
+  elif isinstance(obj, (tuple, list)):
+    h.update(f"seq{len(obj)}".encode())
+    for x in obj:
+      _fingerprint(x, h, seen)
+  elif isinstance(obj, np.ndarray):
+    h.update(repr((obj.dtype.str, obj.shape)).encode())
+    h.update(np.ascontiguousarray(obj).tobytes())
+  elif isinstance(obj, (np.generic, np.dtype)):
+    h.update(repr(obj).encode())
+  elif isinstance(obj, pytypes.ModuleType):
+    h.update(b"module:" + obj.__name__.encode())
+  else:  # anything else Numba accepts as a global (e.g. a numba type) is identified by its repr
+    h.update(b"other:" + type(obj).__qualname__.encode() + repr(obj).encode())
+
+
+def _code(code, h) -> None:
+  h.update(code.co_code)
+  h.update(repr(code.co_names).encode())
+  h.update(repr(code.co_varnames).encode())
+  for c in code.co_consts:
+    if isinstance(c, pytypes.CodeType):
+      _code(c, h)
+    else:
+      h.update(repr(c).encode())
+
+
+def _names(code):
+  yield from code.co_names
+  for c in code.co_consts:
+    if isinstance(c, pytypes.CodeType):
+      yield from _names(c)
+
+
+def content_id(fn, signature: Signature, options: tuple) -> int:
+  h = hashlib.sha256()
+  h.update(f"jaxext {_jaxext_version} numba {numba.__version__} py {sys.version_info[:2]}".encode())
+  _fingerprint(fn, h, set())
+  h.update(repr((signature, options)).encode())
+  return int.from_bytes(h.digest()[:8], "little") & ((1 << 63) - 1)
+
+
+def _wrapper_source(signature: Signature) -> str:
+  lines = ["def jaxext_entry(data, shapes, fparams, iparams, status):", "    try:"]
+  pos = 0
+  names = []
+  for i, (dtype, rank) in enumerate(signature.args + signature.results):
+    shape = "(" + "".join(f"shapes[{pos + k}], " for k in range(rank)) + ")"
+    pos += rank
+    lines.append(f"        a{i} = carray(data[{i}], {shape}, DTYPE_{dtype})")
+    names.append(f"a{i}")
+  nf = ni = 0
+  for kind in signature.params:
+    if kind == "f":
+      names.append(f"fparams[{nf}]")
+      nf += 1
+    else:
+      names.append(f"iparams[{ni}]")
+      ni += 1
+  lines.append(f"        kernel({', '.join(names)})")
+  lines.append("        status[0] = 0")
+  lines.append("    except Exception:")
+  lines.append("        status[0] = 1")
+  return "\n".join(lines) + "\n"
+
+
+_ENTRY_TYPE = nbtypes.void(nbtypes.CPointer(nbtypes.voidptr), nbtypes.CPointer(nbtypes.int64),
+                           nbtypes.CPointer(nbtypes.float64), nbtypes.CPointer(nbtypes.int64),
+                           nbtypes.CPointer(nbtypes.int32))
+
+_lock = threading.Lock()
+_entries: dict[int, CpuEntry] = {}
+
+
+def cache_dir() -> str | None:
+  path = os.environ.get("JAXEXT_NUMBA_CACHE_DIR") or os.path.join(
+      os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+      "jaxext", "numba")
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError:
+    return None
+  return path if os.access(path, os.W_OK) else None
+
+
+def _load_wrapper_module(kernel_id: int, source: str, env: dict):
+  """The wrapper as a module in a file of the cache directory (so Numba can cache it), or exec'd."""
+  directory = cache_dir()
+  name = f"jaxext_numba_entry_{kernel_id:016x}"
+  if directory is not None:
+    path = os.path.join(directory, name + ".py")
+    try:
+      if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as f:
+          f.write(source)
+        os.replace(tmp, path)
+      module = sys.modules.get(name)
+      if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        module.__dict__.update(env)
+        spec.loader.exec_module(module)
+        # Numba's disk cache finds the function's globals by module name when it loads.
+        sys.modules[name] = module
+      return module.jaxext_entry, True
+    except OSError:
+      pass
+  namespace = dict(env)
+  exec(compile(source, f"<{name}>", "exec"), namespace)  # noqa: S102 - our own generated code
+  return namespace["jaxext_entry"], False
+
+
+def compile_cpu(fn, name: str, signature: Signature, *, boundscheck: bool = False) -> CpuEntry:
+  """Compiles `fn` for `signature` (once per process; machine code cached on disk)."""
+  options = (("boundscheck", bool(boundscheck)),)
+  kernel_id = content_id(fn, signature, options)
+  with _lock:
+    entry = _entries.get(kernel_id)
+    if entry is not None:
+      return entry
+    py_func = fn.py_func if isinstance(fn, numba.core.dispatcher.Dispatcher) else fn
+    kernel = numba.njit(nogil=True, boundscheck=boundscheck)(py_func)
+    env = {"carray": numba.carray, "kernel": kernel}
+    env.update({f"DTYPE_{k}": v for k, v in DTYPES.items()})
+    source = _wrapper_source(signature)
+    wrapper, in_file = _load_wrapper_module(kernel_id, source, env)
+    try:
+      cf = numba.cfunc(_ENTRY_TYPE, nopython=True, cache=in_file)(wrapper)
+    except numba.core.errors.NumbaError as err:
+      raise TypeError(
+          f"jaxext.numba_kernel '{name}': Numba cannot compile it for {signature.describe()}:\n"
+          f"{err}") from None
+    entry = CpuEntry(kernel_id=kernel_id, address=cf.address, signature=signature, cfunc=cf)
+    _entries[kernel_id] = entry
+    return entry
