@@ -317,6 +317,26 @@ def test_no_python_runs_per_execution():
   np.testing.assert_allclose(many(x), x * (1 - 0.5 ** 3001) / 0.5, rtol=1e-12)
 
 
+def test_large_inputs_split_across_the_thread_pool():
+  """Elementwise kernels split their first axis, vmapped ones their batch, over XLA's pool."""
+  rng = np.random.default_rng(8)
+  x, y = rng.normal(size=300_001), rng.normal(size=300_001)
+  np.testing.assert_array_equal(jax.jit(lambda a, b: axpy(a, b, alpha=0.25))(x, y),
+                                numba_reference(axpy, (x, y), [like(x)], 0.25)[0])
+  z = rng.normal(size=(2, 400, 1000))
+  np.testing.assert_allclose(jax.jit(jax.vmap(cumsum_rows))(z), np.cumsum(z, axis=-1),
+                             rtol=1e-12, atol=1e-12)
+  v = np.abs(rng.normal(size=200_000))
+  v[123_456] = -1.0  # one failing row, in some chunk on some thread
+  big_sqrt = jaxext.numba_kernel(outputs=like, vmap="elementwise")(checked_sqrt.py_func)
+  with pytest.raises(Exception, match="raised an exception"):
+    jax.block_until_ready(big_sqrt(v))
+  v[123_456] = 4.0
+  np.testing.assert_allclose(big_sqrt(v), np.sqrt(v), rtol=1e-15)
+  with pytest.raises(Exception, match="raised an exception"):
+    jax.block_until_ready(jax.vmap(checked_sqrt)(-np.ones((300, 200))))
+
+
 def test_many_threads_at_once():
   x = np.random.default_rng(7).normal(size=(64, 32))
   f = jax.jit(cumsum_rows)

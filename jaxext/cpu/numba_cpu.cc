@@ -1,5 +1,6 @@
 #include "jaxext/cpu/numba_cpu.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -9,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "jaxext/cpu/parallel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -35,107 +37,204 @@ NumbaEntry Lookup(int64_t id) {
 
 constexpr int kMaxBatchAxes = 62;
 
-ffi::Error NumbaCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t kernel_id,
-                         std::string_view name, ffi::Span<const double> fparams,
-                         ffi::Span<const int64_t> iparams, int64_t nbatch,
-                         ffi::Span<const int64_t> bmasks) {
+// Elements per parallel chunk: below this a thread hand-off costs more than it saves.
+constexpr int64_t kGrainElements = 1 << 15;
+// The allocation-free path's limits (operands, and their dimensions together).
+constexpr size_t kFastOps = 32;
+constexpr size_t kFastDims = 128;
+
+struct Operand {
+  char* base;
+  int64_t width;                      // bytes per element
+  int64_t core_elements;              // elements of one kernel call's view
+  std::vector<int64_t> batch_stride;  // bytes per step of each batch axis (0: not batched)
+  int64_t first_dim;                  // the core's first dimension (-1 for rank 0)
+  size_t first_pos;                   // where that dimension sits in the concatenated shapes
+  int64_t first_stride;               // bytes per step of that dimension
+};
+
+ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                          int64_t kernel_id, std::string_view name,
+                          ffi::Span<const double> fparams, ffi::Span<const int64_t> iparams,
+                          int64_t nbatch, ffi::Span<const int64_t> bmasks, int64_t split) {
+  auto fail = [&](ffi::ErrorCode code, const std::string& what) {
+    return ErrorFuture(ffi::Error(code, "jaxext.numba_kernel '" + std::string(name) + "' " + what));
+  };
   const NumbaEntry entry = Lookup(kernel_id);
   if (entry == nullptr) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "jaxext.numba_kernel '" + std::string(name) +
-                          "' is not compiled in this process (an executable from jax's "
-                          "compilation cache or a deserialized jax.export?): call the kernel once "
-                          "in this process, with the same dtypes and ranks, before running it");
+    return fail(ffi::ErrorCode::kFailedPrecondition,
+                "is not compiled in this process (an executable from jax's compilation cache or a "
+                "deserialized jax.export?): call the kernel once in this process, with the same "
+                "dtypes and ranks, before running it");
   }
   const size_t n_args = args.size(), n_ops = args.size() + rets.size();
   if (bmasks.size() != n_ops || nbatch < 0 || nbatch > kMaxBatchAxes) {
-    return ffi::Error::InvalidArgument("jaxext.numba_kernel '" + std::string(name) +
-                                       "': inconsistent batching attributes");
+    return fail(ffi::ErrorCode::kInvalidArgument, "got inconsistent batching attributes");
   }
-  std::vector<ffi::AnyBuffer> ops;
-  ops.reserve(n_ops);
+  auto raised = [name]() {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      "jaxext.numba_kernel '" + std::string(name) +
+                          "' raised an exception (Numba's nopython mode does not say which; run "
+                          "the kernel's Python function on NumPy arrays to see it)");
+  };
+
+  // Fast path, no heap allocation: one call, no batch axes, too small to be worth splitting.
+  if (nbatch == 0 && n_ops <= kFastOps) {
+    void* data[kFastOps];
+    int64_t shapes[kFastDims];
+    size_t pos = 0;
+    int64_t max_elements = 0;
+    bool fits = true;
+    for (size_t i = 0; i < n_ops && fits; ++i) {
+      if (i < n_args) {
+        auto b = args.get<ffi::AnyBuffer>(i);
+        if (!b.has_value()) return ErrorFuture(b.error());
+        data[i] = b->untyped_data();
+        auto dims = b->dimensions();
+        fits = pos + dims.size() <= kFastDims;
+        for (size_t d = 0; fits && d < dims.size(); ++d) shapes[pos++] = dims[d];
+        max_elements = std::max<int64_t>(max_elements, b->element_count());
+      } else {
+        auto b = rets.get<ffi::AnyBuffer>(i - n_args);
+        if (!b.has_value()) return ErrorFuture(b.error());
+        data[i] = (*b)->untyped_data();
+        auto dims = (*b)->dimensions();
+        fits = pos + dims.size() <= kFastDims;
+        for (size_t d = 0; fits && d < dims.size(); ++d) shapes[pos++] = dims[d];
+        max_elements = std::max<int64_t>(max_elements, (*b)->element_count());
+      }
+    }
+    if (fits && (split == 0 || max_elements < 2 * kGrainElements)) {
+      int32_t status = 0;
+      entry(data, shapes, fparams.begin(), iparams.begin(), &status);
+      return status != 0 ? ErrorFuture(raised()) : ReadyFuture();
+    }
+  }
+  std::vector<ffi::AnyBuffer> buffers;
+  buffers.reserve(n_ops);
   for (size_t i = 0; i < n_args; ++i) {
     auto b = args.get<ffi::AnyBuffer>(i);
-    if (!b.has_value()) return b.error();
-    ops.push_back(*b);
+    if (!b.has_value()) return ErrorFuture(b.error());
+    buffers.push_back(*b);
   }
   for (size_t i = 0; i < rets.size(); ++i) {
     auto b = rets.get<ffi::AnyBuffer>(i);
-    if (!b.has_value()) return b.error();
-    ops.push_back(**b);
+    if (!b.has_value()) return ErrorFuture(b.error());
+    buffers.push_back(**b);
   }
 
-  // Per operand: its batch axes (those set in its mask), then its core dimensions.
+  // Per operand: its batch axes (those set in its mask), then the core dimensions the kernel sees.
   std::vector<int64_t> core_shapes;
   std::vector<int64_t> batch_size(nbatch, 1);
-  std::vector<std::vector<int64_t>> batch_stride(n_ops);  // bytes per step of each batch axis
-  std::vector<char*> base(n_ops);
+  std::vector<Operand> ops(n_ops);
+  int64_t max_core = 1;
   for (size_t i = 0; i < n_ops; ++i) {
-    auto dims = ops[i].dimensions();
+    auto dims = buffers[i].dimensions();
     const int64_t mask = bmasks[i];
     int64_t nb = 0;
     for (int64_t j = 0; j < nbatch; ++j) nb += (mask >> j) & 1;
     if (nb > static_cast<int64_t>(dims.size())) {
-      return ffi::Error::InvalidArgument("jaxext.numba_kernel '" + std::string(name) +
-                                         "': an operand has fewer axes than its batch axes");
+      return fail(ffi::ErrorCode::kInvalidArgument, "got an operand with fewer axes than batch axes");
     }
-    int64_t core = 1;
+    Operand& op = ops[i];
+    op.width = static_cast<int64_t>(ffi::ByteWidth(buffers[i].element_type()));
+    op.core_elements = 1;
+    op.first_pos = core_shapes.size();
     for (size_t d = nb; d < dims.size(); ++d) {
       core_shapes.push_back(dims[d]);
-      core *= dims[d];
+      op.core_elements *= dims[d];
     }
-    const int64_t width = static_cast<int64_t>(ffi::ByteWidth(ops[i].element_type()));
-    // Row-major: the stride of batch axis k (k-th of the operand's own batch axes) is the product
-    // of every later dimension.
+    max_core = std::max(max_core, op.core_elements);
+    op.first_dim = static_cast<int64_t>(dims.size()) > nb ? dims[nb] : -1;
+    op.first_stride = op.first_dim > 0 ? op.core_elements / op.first_dim * op.width : 0;
+    // Row-major: the stride of the operand's k-th batch axis is the product of all later dims.
     std::vector<int64_t> own_strides(nb);
-    int64_t stride = core * width;
+    int64_t stride = op.core_elements * op.width;
     for (int64_t k = nb - 1; k >= 0; --k) {
       own_strides[k] = stride;
       stride *= dims[k];
     }
-    batch_stride[i].assign(nbatch, 0);
-    int64_t k = 0;
-    for (int64_t j = 0; j < nbatch; ++j) {
+    op.batch_stride.assign(nbatch, 0);
+    for (int64_t j = 0, k = 0; j < nbatch; ++j) {
       if ((mask >> j) & 1) {
-        batch_stride[i][j] = own_strides[k];
+        op.batch_stride[j] = own_strides[k];
         if (batch_size[j] != 1 && batch_size[j] != dims[k]) {
-          return ffi::Error::InvalidArgument("jaxext.numba_kernel '" + std::string(name) +
-                                             "': operands disagree on a batch axis");
+          return fail(ffi::ErrorCode::kInvalidArgument, "got operands that disagree on a batch axis");
         }
         batch_size[j] = dims[k];
         ++k;
       }
     }
-    base[i] = static_cast<char*>(ops[i].untyped_data());
+    op.base = static_cast<char*>(buffers[i].untyped_data());
   }
   int64_t total = 1;
   for (int64_t s : batch_size) total *= s;
-  if (total == 0) return ffi::Error::Success();
+  if (total == 0) return ReadyFuture();
 
+  // The chunks may outlive this frame (they run on the pool): they own a copy of the name.
+  const std::string kernel_name(name);
+  auto chunk_raised = [kernel_name]() {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      "jaxext.numba_kernel '" + kernel_name +
+                          "' raised an exception (Numba's nopython mode does not say which; run "
+                          "the kernel's Python function on NumPy arrays to see it)");
+  };
   // fparams/iparams are never empty: the Python side pads each with one placeholder.
-  std::vector<void*> data(n_ops);
-  std::vector<int64_t> index(nbatch, 0);
-  int32_t status = 0;
-  for (int64_t step = 0; step < total; ++step) {
-    for (size_t i = 0; i < n_ops; ++i) {
-      int64_t offset = 0;
-      for (int64_t j = 0; j < nbatch; ++j) offset += index[j] * batch_stride[i][j];
-      data[i] = base[i] + offset;
-    }
-    status = 0;
-    entry(data.data(), core_shapes.data(), fparams.begin(), iparams.begin(), &status);
-    if (status != 0) {
-      return ffi::Error(ffi::ErrorCode::kInternal,
-                        "jaxext.numba_kernel '" + std::string(name) +
-                            "' raised an exception (Numba's nopython mode does not say which; "
-                            "run the kernel's Python function on NumPy arrays to see it)");
-    }
-    for (int64_t j = nbatch - 1; j >= 0; --j) {  // odometer over the batch axes, last fastest
-      if (++index[j] < batch_size[j]) break;
-      index[j] = 0;
+  const double* fp = fparams.begin();
+  const int64_t* ip = iparams.begin();
+
+  // vmap="elementwise" without batch axes: every operand's first axis is independent, so it is
+  // split across the pool (each chunk is one kernel call on a slice of rows).
+  int64_t rows = -1;
+  if (split != 0 && nbatch == 0) {
+    rows = ops[0].first_dim;
+    for (const Operand& op : ops) {
+      if (op.first_dim != rows) rows = -1;
     }
   }
-  return ffi::Error::Success();
+  if (rows > 1) {
+    std::vector<size_t> first_pos(n_ops);
+    for (size_t i = 0; i < n_ops; ++i) first_pos[i] = ops[i].first_pos;
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, max_core / rows));
+    return ParallelFor(pool, rows, grain,
+                       [=](int64_t begin, int64_t end) -> ffi::Error {
+                         std::vector<void*> data(n_ops);
+                         std::vector<int64_t> shapes = core_shapes;
+                         for (size_t i = 0; i < n_ops; ++i) {
+                           data[i] = ops[i].base + begin * ops[i].first_stride;
+                           shapes[first_pos[i]] = end - begin;
+                         }
+                         int32_t status = 0;
+                         entry(data.data(), shapes.data(), fp, ip, &status);
+                         return status != 0 ? chunk_raised() : ffi::Error::Success();
+                       });
+  }
+
+  // One kernel call per batch step (independent slices: split across the pool).
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / max_core);
+  return ParallelFor(pool, total, grain, [=](int64_t begin, int64_t end) -> ffi::Error {
+    std::vector<void*> data(n_ops);
+    std::vector<int64_t> index(nbatch, 0);
+    for (int64_t j = nbatch - 1, rest = begin; j >= 0; --j) {  // begin as a multi-index
+      index[j] = rest % batch_size[j];
+      rest /= batch_size[j];
+    }
+    for (int64_t step = begin; step < end; ++step) {
+      for (size_t i = 0; i < n_ops; ++i) {
+        int64_t offset = 0;
+        for (int64_t j = 0; j < nbatch; ++j) offset += index[j] * ops[i].batch_stride[j];
+        data[i] = ops[i].base + offset;
+      }
+      int32_t status = 0;
+      entry(data.data(), core_shapes.data(), fp, ip, &status);
+      if (status != 0) return chunk_raised();
+      for (int64_t j = nbatch - 1; j >= 0; --j) {  // odometer over the batch axes, last fastest
+        if (++index[j] < batch_size[j]) break;
+        index[j] = 0;
+      }
+    }
+    return ffi::Error::Success();
+  });
 }
 
 }  // namespace
@@ -149,6 +248,7 @@ bool IsNumbaKernelRegistered(int64_t id) { return Lookup(id) != nullptr; }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextNumbaCallCpu, NumbaCallImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .RemainingArgs()
                                   .RemainingRets()
                                   .Attr<int64_t>("kernel_id")
@@ -156,7 +256,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextNumbaCallCpu, NumbaCallImpl,
                                   .Attr<ffi::Span<const double>>("fparams")
                                   .Attr<ffi::Span<const int64_t>>("iparams")
                                   .Attr<int64_t>("nbatch")
-                                  .Attr<ffi::Span<const int64_t>>("bmasks"));
+                                  .Attr<ffi::Span<const int64_t>>("bmasks")
+                                  .Attr<int64_t>("split"));
 
 }  // namespace cpu
 }  // namespace jaxext

@@ -28,7 +28,10 @@ bool IsNumbaKernelRegistered(int64_t id);
 // Operands: any number of buffers (arguments), results likewise. Attributes:
 //   kernel_id (i64), name (string, for errors), fparams (f64[]), iparams (i64[]),
 //   nbatch (i64): leading batch axes looped over natively (vmap="sequential");
-//   bmasks (i64[], one per argument then result): bit j set when the operand has batch axis j.
+//   bmasks (i64[], one per argument then result): bit j set when the operand has batch axis j;
+//   split (i64): non-zero when every index of the operands' shared first axis is independent
+//   (vmap="elementwise"), so that axis may be split across XLA's thread pool.
+// Batch slices, being independent, are spread over the pool too. Returns an ffi::Future.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextNumbaCallCpu);
 
 }  // namespace cpu

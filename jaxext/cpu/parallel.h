@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "xla/ffi/api/ffi.h"
@@ -28,28 +29,33 @@ inline xla::ffi::Future ErrorFuture(xla::ffi::Error error) {
 }
 
 // Runs fn(begin, end) over [0, n) in at most (threads + 1) chunks of at least `grain` elements:
-// the calling thread takes the last chunk itself.
+// the calling thread takes the last chunk itself. `fn` returns void, or an ffi::Error: the first
+// failing chunk's error then completes the future (the other chunks still run).
 template <typename F>
 xla::ffi::Future ParallelFor(xla::ffi::ThreadPool& pool, int64_t n, int64_t grain, F fn) {
+  auto run = [fn](int64_t begin, int64_t end) mutable -> xla::ffi::Error {
+    if constexpr (std::is_same_v<std::invoke_result_t<F&, int64_t, int64_t>, xla::ffi::Error>) {
+      return fn(begin, end);
+    } else {
+      fn(begin, end);
+      return xla::ffi::Error::Success();
+    }
+  };
   // A few chunks per thread (the caller works too), so that uneven chunk costs and a pool that
   // is busier than its thread count suggests still balance.
   const int64_t max_chunks = std::max<int64_t>(1, 4 * (pool.num_threads() + 1));
   const int64_t chunks = std::min<int64_t>(max_chunks, std::max<int64_t>(1, n / grain));
   if (chunks <= 1) {
-    fn(int64_t{0}, n);
-    return ReadyFuture();
+    xla::ffi::Error err = run(int64_t{0}, n);
+    return err.failure() ? ErrorFuture(std::move(err)) : ReadyFuture();
   }
   xla::ffi::CountDownPromise done(chunks);
   const int64_t step = (n + chunks - 1) / chunks;
   for (int64_t c = 0; c + 1 < chunks; ++c) {
     const int64_t begin = c * step, end = std::min(n, begin + step);
-    pool.Schedule([fn, begin, end, done]() mutable {
-      fn(begin, end);
-      done.CountDown();
-    });
+    pool.Schedule([run, begin, end, done]() mutable { done.CountDown(1, run(begin, end)); });
   }
-  fn((chunks - 1) * step, n);
-  done.CountDown();
+  done.CountDown(1, run((chunks - 1) * step, n));
   return xla::ffi::Future(done);
 }
 

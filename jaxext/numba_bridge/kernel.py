@@ -287,7 +287,8 @@ def _lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
   return jax.ffi.ffi_lowering(_TARGET)(
       ctx, *args, kernel_id=np.int64(entry.kernel_id), name=kernel.name,
       fparams=np.asarray(fparams, np.float64), iparams=np.asarray(iparams, np.int64),
-      nbatch=np.int64(nbatch), bmasks=np.asarray(bmasks, np.int64))
+      nbatch=np.int64(nbatch), bmasks=np.asarray(bmasks, np.int64),
+      split=np.int64(kernel.vmap == "elementwise"))
 
 
 compat.register_lowering(numba_call_p, _lowering, "cpu")
