@@ -8,6 +8,7 @@ through `jax.interpreters` (its rule registries and a few helpers) is wrapped he
 * `register_jvp(prim, rule)`                  ad.primitive_jvps
 * `register_batching(prim, rule)`             batching.primitive_batchers
 * `NOT_MAPPED`, `is_mapped(dim)`              the batch dimension of an operand vmap does not map
+* `batch_size(args, dims)`                    the size of the axis vmap maps (from a mapped operand)
 * `batch_axis_to_front(x, dim, size)`         an operand with its batch axis first (broadcast if
                                               unmapped), written with jax.numpy
 * `is_zero_tangent(t)`, `instantiate_zeros(t)`   symbolic-zero tangents in JVP rules
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 from jax.interpreters import ad, batching, mlir
 
 __all__ = [
-    "JAX_VERSION", "NOT_MAPPED", "batch_axis_to_front", "instantiate_zeros", "is_mapped",
+    "JAX_VERSION", "NOT_MAPPED", "batch_axis_to_front", "batch_size", "instantiate_zeros", "is_mapped",
     "is_zero_tangent", "register_batching", "register_jvp", "register_lowering",
 ]
 
@@ -49,6 +50,11 @@ else:
 
 def is_mapped(dim) -> bool:
   return dim is not NOT_MAPPED
+
+
+def batch_size(args, dims) -> int:
+  """The vmapped axis' size, read off the first operand it maps (a batching rule has one)."""
+  return next(x.shape[d] for x, d in zip(args, dims) if is_mapped(d))
 
 
 def batch_axis_to_front(x, dim, size: int):

@@ -113,7 +113,7 @@ compat.register_jvp(kepler_p, _jvp)
 def _batch(args, dims):
   m, e = args
   dm, de = dims
-  size = next(x.shape[d] for x, d in zip(args, dims) if compat.is_mapped(d))
+  size = compat.batch_size(args, dims)
   m = compat.batch_axis_to_front(m, dm, size)
   e = compat.batch_axis_to_front(e, de, size)
   return kepler_p.bind(m, e), (0, 0)

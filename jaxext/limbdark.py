@@ -177,7 +177,7 @@ compat.register_jvp(limbdark_p, _jvp)
 def _batch(args, dims, *, grad):
   b, r, u = args
   db, dr, du = dims
-  size = next(x.shape[d] for x, d in zip(args, dims) if compat.is_mapped(d))
+  size = compat.batch_size(args, dims)
   b = compat.batch_axis_to_front(b, db, size)
   if not compat.is_mapped(dr) and r.ndim == 0:
     pass  # still one radius for every point

@@ -27,7 +27,7 @@ toy_p = Primitive("jaxext_compat_test_toy")  # toy(x, y) = x * y, element-wise; 
 def _toy_batch(args, dims):
   seen["dims"] = dims
   x, y = args
-  size = next(a.shape[d] for a, d in zip(args, dims) if compat.is_mapped(d))
+  size = compat.batch_size(args, dims)
   x = compat.batch_axis_to_front(x, dims[0], size)
   y = compat.batch_axis_to_front(y, dims[1], size)
   return toy_p.bind(x, y), 0

@@ -32,6 +32,5 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::cpu::RegisterNumbaKernel(id, reinterpret_cast<jaxext::cpu::NumbaEntry>(address));
       },
       py::arg("kernel_id"), py::arg("address"));
-  m.def("is_numba_kernel_registered", &jaxext::cpu::IsNumbaKernelRegistered, py::arg("kernel_id"));
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -43,6 +42,14 @@ constexpr int64_t kGrainElements = 1 << 15;
 constexpr size_t kFastOps = 32;
 constexpr size_t kFastDims = 128;
 
+// The error of a kernel that raised (its status out-parameter was set).
+ffi::Error KernelRaised(std::string_view name) {
+  return ffi::Error(ffi::ErrorCode::kInternal,
+                    "jaxext.numba_kernel '" + std::string(name) +
+                        "' raised an exception (Numba's nopython mode does not say which; run "
+                        "the kernel's Python function on NumPy arrays to see it)");
+}
+
 struct Operand {
   char* base;
   int64_t width;                      // bytes per element
@@ -71,11 +78,12 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
   if (bmasks.size() != n_ops || nbatch < 0 || nbatch > kMaxBatchAxes) {
     return fail(ffi::ErrorCode::kInvalidArgument, "got inconsistent batching attributes");
   }
-  auto raised = [name]() {
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      "jaxext.numba_kernel '" + std::string(name) +
-                          "' raised an exception (Numba's nopython mode does not say which; run "
-                          "the kernel's Python function on NumPy arrays to see it)");
+  // Operand i: the arguments, then the results.
+  auto buffer_at = [&](size_t i) -> ffi::ErrorOr<ffi::AnyBuffer> {
+    if (i < n_args) return args.get<ffi::AnyBuffer>(i);
+    auto b = rets.get<ffi::AnyBuffer>(i - n_args);
+    if (!b.has_value()) return ffi::Unexpected(b.error());
+    return **b;
   };
 
   // Fast path, no heap allocation: one call, no batch axes, too small to be worth splitting.
@@ -86,41 +94,26 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
     int64_t max_elements = 0;
     bool fits = true;
     for (size_t i = 0; i < n_ops && fits; ++i) {
-      if (i < n_args) {
-        auto b = args.get<ffi::AnyBuffer>(i);
-        if (!b.has_value()) return ErrorFuture(b.error());
-        data[i] = b->untyped_data();
-        auto dims = b->dimensions();
-        fits = pos + dims.size() <= kFastDims;
-        for (size_t d = 0; fits && d < dims.size(); ++d) shapes[pos++] = dims[d];
-        max_elements = std::max<int64_t>(max_elements, b->element_count());
-      } else {
-        auto b = rets.get<ffi::AnyBuffer>(i - n_args);
-        if (!b.has_value()) return ErrorFuture(b.error());
-        data[i] = (*b)->untyped_data();
-        auto dims = (*b)->dimensions();
-        fits = pos + dims.size() <= kFastDims;
-        for (size_t d = 0; fits && d < dims.size(); ++d) shapes[pos++] = dims[d];
-        max_elements = std::max<int64_t>(max_elements, (*b)->element_count());
-      }
+      auto b = buffer_at(i);
+      if (!b.has_value()) return ErrorFuture(b.error());
+      data[i] = b->untyped_data();
+      auto dims = b->dimensions();
+      fits = pos + dims.size() <= kFastDims;
+      for (size_t d = 0; fits && d < dims.size(); ++d) shapes[pos++] = dims[d];
+      max_elements = std::max<int64_t>(max_elements, b->element_count());
     }
     if (fits && (split == 0 || max_elements < 2 * kGrainElements)) {
       int32_t status = 0;
       entry(data, shapes, fparams.begin(), iparams.begin(), &status);
-      return status != 0 ? ErrorFuture(raised()) : ReadyFuture();
+      return status != 0 ? ErrorFuture(KernelRaised(name)) : ReadyFuture();
     }
   }
   std::vector<ffi::AnyBuffer> buffers;
   buffers.reserve(n_ops);
-  for (size_t i = 0; i < n_args; ++i) {
-    auto b = args.get<ffi::AnyBuffer>(i);
+  for (size_t i = 0; i < n_ops; ++i) {
+    auto b = buffer_at(i);
     if (!b.has_value()) return ErrorFuture(b.error());
     buffers.push_back(*b);
-  }
-  for (size_t i = 0; i < rets.size(); ++i) {
-    auto b = rets.get<ffi::AnyBuffer>(i);
-    if (!b.has_value()) return ErrorFuture(b.error());
-    buffers.push_back(**b);
   }
 
   // Per operand: its batch axes (those set in its mask), then the core dimensions the kernel sees.
@@ -173,12 +166,6 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
 
   // The chunks may outlive this frame (they run on the pool): they own a copy of the name.
   const std::string kernel_name(name);
-  auto chunk_raised = [kernel_name]() {
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      "jaxext.numba_kernel '" + kernel_name +
-                          "' raised an exception (Numba's nopython mode does not say which; run "
-                          "the kernel's Python function on NumPy arrays to see it)");
-  };
   // fparams/iparams are never empty: the Python side pads each with one placeholder.
   const double* fp = fparams.begin();
   const int64_t* ip = iparams.begin();
@@ -193,8 +180,6 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
     }
   }
   if (rows > 1) {
-    std::vector<size_t> first_pos(n_ops);
-    for (size_t i = 0; i < n_ops; ++i) first_pos[i] = ops[i].first_pos;
     const int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, max_core / rows));
     return ParallelFor(pool, rows, grain,
                        [=](int64_t begin, int64_t end) -> ffi::Error {
@@ -202,11 +187,11 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
                          std::vector<int64_t> shapes = core_shapes;
                          for (size_t i = 0; i < n_ops; ++i) {
                            data[i] = ops[i].base + begin * ops[i].first_stride;
-                           shapes[first_pos[i]] = end - begin;
+                           shapes[ops[i].first_pos] = end - begin;
                          }
                          int32_t status = 0;
                          entry(data.data(), shapes.data(), fp, ip, &status);
-                         return status != 0 ? chunk_raised() : ffi::Error::Success();
+                         return status != 0 ? KernelRaised(kernel_name) : ffi::Error::Success();
                        });
   }
 
@@ -227,7 +212,7 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
       }
       int32_t status = 0;
       entry(data.data(), core_shapes.data(), fp, ip, &status);
-      if (status != 0) return chunk_raised();
+      if (status != 0) return KernelRaised(kernel_name);
       for (int64_t j = nbatch - 1; j >= 0; --j) {  // odometer over the batch axes, last fastest
         if (++index[j] < batch_size[j]) break;
         index[j] = 0;
@@ -243,8 +228,6 @@ void RegisterNumbaKernel(int64_t id, NumbaEntry entry) {
   std::unique_lock<std::shared_mutex> lock(RegistryMutex());
   Registry()[id] = entry;
 }
-
-bool IsNumbaKernelRegistered(int64_t id) { return Lookup(id) != nullptr; }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextNumbaCallCpu, NumbaCallImpl,
                               ffi::Ffi::Bind()

@@ -23,7 +23,6 @@ using NumbaEntry = void (*)(void* const* data, const int64_t* shapes, const doub
                             const int64_t* iparams, int32_t* status);
 
 void RegisterNumbaKernel(int64_t id, NumbaEntry entry);
-bool IsNumbaKernelRegistered(int64_t id);
 
 // Operands: any number of buffers (arguments), results likewise. Attributes:
 //   kernel_id (i64), name (string, for errors), fparams (f64[]), iparams (i64[]),

@@ -94,7 +94,8 @@ class NumbaKernel:
     self._vjp = None
     self._diff_fns = {}
     self._lock = threading.Lock()
-    self._arg_names = list(inspect.signature(py_func).parameters)
+    self._parameters = inspect.signature(py_func).parameters
+    self._arg_names = list(self._parameters)
     # Parameters that `outputs` accepts by name (all of them with **kwargs) are passed to it.
     out_sig = inspect.signature(outputs).parameters.values()
     self._outputs_params = _Everything() if any(
@@ -163,7 +164,7 @@ class NumbaKernel:
     return single, tuple(avals)
 
   def _params(self, names, params):
-    sig = inspect.signature(self.py_func).parameters
+    sig = self._parameters
     unknown = sorted(set(params) - set(names))
     if unknown:
       raise TypeError(f"jaxext.numba_kernel '{self.name}': unexpected parameter(s) {unknown}; "
@@ -229,7 +230,7 @@ def _as_tuple(x):
   return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def _signature(kernel, in_avals, bmasks, out_avals, items):
+def _signature(in_avals, bmasks, out_avals, items):
   n_in = len(in_avals)
   args = tuple((np.dtype(a.dtype).name, a.ndim - bin(m).count("1"))
                for a, m in zip(in_avals, bmasks[:n_in]))
@@ -241,7 +242,7 @@ def _signature(kernel, in_avals, bmasks, out_avals, items):
 def _bind(kernel, args, items, outs):
   # Compile at trace time: a kernel Numba cannot type fails here, naming kernel and signature.
   in_avals = tuple(jax.core.ShapedArray(jnp.shape(a), a.dtype) for a in args)
-  kernel.entry(_signature(kernel, in_avals, (0,) * (len(args) + len(outs)), outs, items))
+  kernel.entry(_signature(in_avals, (0,) * (len(args) + len(outs)), outs, items))
   return numba_call_p.bind(*args, kernel=kernel, items=items, outs=outs, nbatch=0,
                            bmasks=(0,) * (len(args) + len(outs)))
 
@@ -279,7 +280,7 @@ numba_call_p.def_impl(lambda *args, **p: _jitted_impl(**p)(*args))
 def _lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
   if "cpu" not in _ffi.register_all():
     raise NotImplementedError("jaxext.numba_kernel: this build of jaxext has no CPU extension")
-  entry = kernel.entry(_signature(kernel, ctx.avals_in, bmasks, outs, items))
+  entry = kernel.entry(_signature(ctx.avals_in, bmasks, outs, items))
   from jaxext.cpu import _cpu_ops
   _cpu_ops.register_numba_kernel(entry.kernel_id, entry.address)
   fparams = [v for _, v in items if isinstance(v, float)] or [0.0]
@@ -303,7 +304,7 @@ compat.register_jvp(numba_call_p, _no_derivative)
 
 
 def _batch(args, dims, *, kernel, items, outs, nbatch, bmasks):
-  size = next(x.shape[d] for x, d in zip(args, dims) if compat.is_mapped(d))
+  size = compat.batch_size(args, dims)
   n_in = len(args)
   if kernel.vmap == "elementwise" and nbatch == 0:
     folded = _fold(kernel, args, dims, size, items, outs)
