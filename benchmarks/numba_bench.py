@@ -1,5 +1,7 @@
 """Numba bridge benchmark: a Numba kernel called through jaxext.numba_kernel, against the same
-computation in jnp and the same Numba function behind jax.pure_callback, measured in one run.
+computation in jnp, the same Numba function behind jax.pure_callback, and behind brainevent's
+`numba_kernel` (its current PyPI release, pinned as a benchmark-only dependency: an FFI target
+whose handler is a Python callback), measured in one run.
 
     tools/bazel run //benchmarks:numba [-- --rounds 7]
 
@@ -23,6 +25,11 @@ jax.config.update("jax_enable_x64", True)
 
 import jaxext  # noqa: E402
 
+try:
+  import brainevent  # noqa: E402
+except ImportError:  # the anchor is optional: the other arms still run
+  brainevent = None
+
 
 def axpy_py(x, y, out, alpha):
   for i in range(x.shape[0]):
@@ -42,11 +49,24 @@ def axpy_callback(x, y, alpha):
   return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x, y)
 
 
+@numba.njit(nogil=True)
+def axpy_half(x, y, out):  # brainevent passes no scalar parameters: alpha is compiled in
+  for i in range(x.shape[0]):
+    out[i] = 0.5 * x[i] + y[i]
+
+
+def axpy_brainevent(x, y):
+  kernel = brainevent.numba_kernel(axpy_half, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
+  return kernel(x, y)
+
+
 CASES = {
     "jaxext.numba_kernel": lambda x, y: axpy(x, y, alpha=0.5),
     "jnp": lambda x, y: 0.5 * x + y,
     "pure_callback + Numba": lambda x, y: axpy_callback(x, y, 0.5),
 }
+if brainevent is not None:
+  CASES[f"brainevent {brainevent.__version__}"] = axpy_brainevent
 
 
 def loop_fn(call, iters):
@@ -73,7 +93,8 @@ def main():
   p.add_argument("--big", type=int, default=10_000_000)
   args = p.parse_args()
   print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-        f"jax {jax.__version__}, numba {numba.__version__}, CPython {platform.python_version()}")
+        f"jax {jax.__version__}, numba {numba.__version__}, CPython {platform.python_version()}; "
+        f"brainevent {brainevent.__version__ if brainevent else 'not installed'}")
   for n in (16, 1024):
     x = jnp.linspace(0.0, 1.0, n)
     fns = {k: loop_fn(c, args.iters) for k, c in CASES.items()}
@@ -90,7 +111,8 @@ def main():
   for k, t in best.items():
     print(f"  {k:24s} {t / args.big * 1e9:9.3f} ns/element   {t / best['jaxext.numba_kernel']:6.2f}x")
   ref = 0.5 * np.asarray(x) + np.asarray(y)
-  np.testing.assert_allclose(fns["jaxext.numba_kernel"](x, y), ref, rtol=1e-15)
+  for k, f in fns.items():  # every arm computes the same thing
+    np.testing.assert_allclose(f(x, y), ref, rtol=1e-15, err_msg=k)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,12 @@
     def double(x, out):                                 # a Numba kernel as a JAX op (needs numba)
         for i in range(x.shape[0]):
             out[i] = 2 * x[i]
+
+    @jaxext.numba_cuda_kernel(outputs=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype))
+    def double_gpu(x, out):                             # the same for CUDA (needs numba-cuda)
+        i = numba.cuda.grid(1)
+        if i < x.shape[0]:
+            out[i] = 2 * x[i]
 """
 
 from jaxext import _ffi
@@ -34,12 +40,27 @@ def numba_kernel(outputs, **options):
   return kernel.numba_kernel(outputs, **options)
 
 
+def numba_cuda_kernel(outputs, **options):
+  """Decorator: a numba.cuda kernel as a JAX operation on CUDA devices
+  (jaxext.numba_bridge.kernel.numba_cuda_kernel).
+
+  Needs Numba and numba-cuda (`pip install 'jaxext[numba-cuda]'`), imported on first use.
+  """
+  try:
+    from jaxext.numba_bridge import kernel
+  except ImportError as err:
+    raise ImportError(f"jaxext.numba_cuda_kernel needs Numba, which is not importable ({err}); "
+                      "install it with: pip install 'jaxext[numba-cuda]'") from err
+  return kernel.numba_cuda_kernel(outputs, **options)
+
+
 __all__ = [
     "__version__",
     "kepler",
     "kepler_p",
     "limb_dark_flux",
     "limbdark_p",
+    "numba_cuda_kernel",
     "numba_kernel",
     "quadratic_limb_dark_flux",
     "sky_separation",

@@ -49,13 +49,29 @@ _SYMBOLS = {
 }
 
 
+# CUDA-only targets: name -> {execution stage: symbol}.
+_CUDA_SYMBOLS = {
+    "jaxext_numba_cuda_call": {"initialize": "JaxextNumbaCallCudaInitialize",
+                               "execute": "JaxextNumbaCallCuda"},
+}
+
+def _register(name: str, handler, platform: str) -> None:
+  # Handler traits (CUDA graph compatibility) are declared by the handlers themselves.
+  jax.ffi.register_ffi_target(name, handler, platform=platform, api_version=1)
+
+
 def _register_library(platform: str, path: str) -> list[str]:
   lib = ctypes.CDLL(os.path.abspath(path))
   names = []
   for name, symbol in _SYMBOLS.items():
     fn = getattr(lib, symbol.format("Cpu" if platform == "cpu" else "Cuda"))
-    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(fn), platform=platform, api_version=1)
+    _register(name, jax.ffi.pycapsule(fn), platform)
     names.append(name)
+  if platform != "cpu":
+    for name, stages in _CUDA_SYMBOLS.items():
+      _register(name, {stage: jax.ffi.pycapsule(getattr(lib, symbol))
+                       for stage, symbol in stages.items()}, platform)
+      names.append(name)
   return names
 
 
@@ -78,8 +94,9 @@ def register_all() -> dict[str, tuple[str, ...]]:
       if module is None:
         continue
       names = []
-      for name, capsule in module.registrations().items():
-        jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)
+      # A handler is a capsule, or a dict {execution stage: capsule}.
+      for name, handler in module.registrations().items():
+        _register(name, handler, platform)
         names.append(name)
       _registered[platform] = tuple(sorted(names))
     return _registered

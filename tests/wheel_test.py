@@ -75,7 +75,8 @@ def test_metadata_and_record():
     meta = z.read(f"{dist}/METADATA").decode()
     for field in ["Name: jaxext", "Requires-Python: >=3.", "Requires-Dist: jax>=",
                   "Requires-Dist: jaxlib>=", "License-Expression: MIT", "Provides-Extra: numba",
-                  'Requires-Dist: numba>=0.68.1; extra == "numba"']:
+                  'Requires-Dist: numba>=0.68.1; extra == "numba"', "Provides-Extra: numba-cuda",
+                  'Requires-Dist: numba-cuda[cu13]>=0.30.4; extra == "numba-cuda"']:
       assert field in meta, field
     floor = re.search(r"Requires-Dist: jaxlib>=([\d.]+)", meta).group(1)
     import jax

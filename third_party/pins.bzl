@@ -83,6 +83,8 @@ CUDA_PACKAGES = {
     "nvidia-cuda-cuobjdump": ("13.2.51", "95c69d3ddf0c2c1f535ec44c3433a66aeee19f588d9d22f73356e20b25f12b50"),
     "nvidia-cuda-crt": ("13.0.88", "2c8043c7c9e02492716426e9919fc78d2c5b3b2a7a768a88e952676b08aa55a4"),
     "nvidia-cuda-nvcc": ("13.0.88", "56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03"),
+    # libnvrtc: numba-cuda asks it which architectures exist when compiling PTX (numba_cuda tests).
+    "nvidia-cuda-nvrtc": ("13.0.88", "ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575"),
     "nvidia-cuda-runtime": ("13.0.96", "7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548"),
     "nvidia-nvvm": ("13.0.88", "c5f41ffeb6466944a026dfa5317d7d85355c119bbec279205d22f1869d1054e0"),
 }

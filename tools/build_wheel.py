@@ -160,6 +160,10 @@ def main():
       # jaxext.numba_kernel: the extra installs Numba; the rest of jaxext imports without it.
       "Provides-Extra: numba",
       'Requires-Dist: numba>=0.68.1; extra == "numba"',
+      # jaxext.numba_cuda_kernel: numba-cuda with NVIDIA's CUDA 13 libraries (libnvvm, libnvrtc).
+      "Provides-Extra: numba-cuda",
+      'Requires-Dist: numba>=0.68.1; extra == "numba-cuda"',
+      'Requires-Dist: numba-cuda[cu13]>=0.30.4; extra == "numba-cuda"',
       "Description-Content-Type: text/markdown",
       "",
       readme,

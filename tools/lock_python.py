@@ -71,16 +71,53 @@ def pip_command(scratch: str) -> list[str]:
   return [py, "-m", "pip"]
 
 
+def _marker_class():
+  try:
+    from packaging.markers import Marker
+  except ImportError:
+    from pip._vendor.packaging.markers import Marker
+  return Marker
+
+
+def flatten(infile: str, version: str, out: list[str] | None = None) -> list[str]:
+  """The requirement lines of `infile` (following `-r`) that apply to CPython `version`.
+
+  pip evaluates environment markers against the Python running it, not `--python-version`, so a
+  line such as `pkg==1; python_version < "3.15"` is decided here, per target Python.
+  """
+  out = [] if out is None else out
+  with open(infile) as f:
+    for raw in f:
+      line = raw.split("#", 1)[0].strip()
+      if not line:
+        continue
+      if line.startswith("-r "):
+        flatten(os.path.join(os.path.dirname(infile), line[3:].strip()), version, out)
+        continue
+      req, _, marker = line.partition(";")
+      if marker.strip():
+        env = {"python_version": version, "python_full_version": version + ".0",
+               "implementation_name": "cpython", "platform_system": "Linux",
+               "sys_platform": "linux", "platform_machine": "x86_64"}
+        if not _marker_class()(marker.strip()).evaluate(env):
+          continue
+      out.append(req.strip())
+  return out
+
+
 def resolve(pip: list[str], infile: str, version: str, index_url: str,
             scratch: str) -> dict[str, tuple[str, str]] | str:
   """{name: (version, sha256)} for CPython `version`, or the reason it cannot be resolved."""
+  flat = os.path.join(scratch, f"flat-{os.path.basename(infile)}-{version}.txt")
+  with open(flat, "w") as f:
+    f.write("\n".join(flatten(infile, version)) + "\n")
   report = os.path.join(scratch, f"report-{os.path.basename(infile)}-{version}.json")
   tag = "cp" + version.replace(".", "")
   cmd = pip + ["install", "--isolated", "--disable-pip-version-check", "--dry-run",
                "--ignore-installed", "--quiet", "--report", report, "--only-binary=:all:",
                "--python-version", version, "--implementation", "cp", "--abi", tag,
                "--abi", "abi3", "--abi", "none", "--target", os.path.join(scratch, "target"),
-               "--index-url", index_url, "-r", infile]
+               "--index-url", index_url, "-r", flat]
   for p in PLATFORMS:
     cmd += ["--platform", p]
   res = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(infile))

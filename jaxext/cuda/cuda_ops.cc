@@ -2,6 +2,7 @@
 // platform "CUDA". Same target names as the CPU module: the lowering picks the platform.
 #include "jaxext/cuda/kepler_cuda.h"
 #include "jaxext/cuda/limbdark_cuda.h"
+#include "jaxext/cuda/numba_cuda.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
 #include "jaxext/common/ffi_helpers.h"
@@ -21,6 +22,11 @@ PYBIND11_MODULE(_cuda_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkGradCudaF32);
     d["jaxext_limbdark_grad_f64"] =
         jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkGradCudaF64);
+    // jaxext.numba_cuda_kernel: loads its module before any graph capture, then launches.
+    py::dict numba;
+    numba["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextNumbaCallCudaInitialize);
+    numba["execute"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextNumbaCallCuda);
+    d["jaxext_numba_cuda_call"] = numba;
     return d;
   });
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

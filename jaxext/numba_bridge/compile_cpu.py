@@ -74,7 +74,8 @@ class CpuEntry:
 
 def _fingerprint(obj, h, seen) -> None:
   """Feeds the content of a function (and what it depends on) into hash `h`."""
-  if isinstance(obj, numba.core.dispatcher.Dispatcher):
+  if isinstance(obj, numba.core.dispatcher.Dispatcher) or isinstance(
+      getattr(obj, "py_func", None), pytypes.FunctionType):  # also numba-cuda's dispatchers
     h.update(b"dispatcher")
     obj = obj.py_func
   if isinstance(obj, pytypes.FunctionType):

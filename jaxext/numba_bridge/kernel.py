@@ -24,12 +24,23 @@ vmap, declared per kernel:
 
 Derivatives come from the user: `@kernel.defjvp` (jax.custom_jvp) or `@kernel.defvjp`
 (jax.custom_vjp); without one, differentiating raises an error that says so.
+
+CUDA: `jaxext.numba_cuda_kernel` takes a numba.cuda kernel body (indexing with `cuda.grid`), with
+the same arguments, outputs, parameters, vmap modes and derivatives. It is compiled to PTX at
+trace time (compile_cuda.py; no GPU needed) and the PTX is carried in the custom call, which the
+C++ handler (jaxext/cuda/numba_cuda.cc) loads once per CUDA context and launches on XLA's stream;
+"sequential" vmap is one launch per batch slice, issued natively. The launch: `block` threads per
+block (default 256) and `grid` blocks, by default enough one-dimensional blocks to give one
+thread per element of the first output; `grid` may be a callable of the inputs (per batch slice,
+as `jax.ShapeDtypeStruct`s) and the parameters, for kernels that index differently.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import math
+import os
 import threading
 
 import jax
@@ -41,10 +52,11 @@ from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext.numba_bridge import compile_cpu
 
-__all__ = ["NumbaKernel", "numba_call_p", "numba_kernel"]
+__all__ = ["NumbaKernel", "numba_call_p", "numba_cuda_kernel", "numba_kernel"]
 
 _VMAP_MODES = ("sequential", "elementwise")
 _TARGET = "jaxext_numba_call"
+_CUDA_TARGET = "jaxext_numba_cuda_call"
 
 numba_call_p = Primitive("jaxext_numba_call")
 numba_call_p.multiple_results = True
@@ -78,10 +90,74 @@ def numba_kernel(outputs, *, vmap="sequential", name=None, boundscheck=False):
   return wrap
 
 
+def numba_cuda_kernel(outputs, *, grid=None, block=256, shared_mem=0, vmap="sequential",
+                      name=None, fastmath=False):
+  """Decorator: turns a numba.cuda kernel body into a JAX operation on CUDA devices.
+
+      @jaxext.numba_cuda_kernel(outputs=lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                vmap="elementwise")
+      def axpy(x, y, out, alpha):
+          i = cuda.grid(1)
+          if i < x.shape[0]:
+              out[i] = alpha * x[i] + y[i]
+
+  Args:
+    outputs, vmap, name: as for `numba_kernel`.
+    grid: blocks per launch: an int, a tuple of up to 3 ints, a callable (inputs as
+      jax.ShapeDtypeStructs of one batch slice, then the parameters it names by keyword) returning
+      one of those, or None (default): ceil(size of the first output / threads per block) blocks
+      in x, one thread per output element.
+    block: threads per block: an int or a tuple of up to 3 ints (at most 1024 in all).
+    shared_mem: bytes of dynamic shared memory per block (`cuda.shared.array(0, ...)`).
+    fastmath: numba-cuda's fastmath flag.
+
+  The function takes the inputs (read them only), then the outputs (every element must be
+  written: they are not initialised), then the parameters, like `numba_kernel`'s. Compiled to PTX
+  at trace time for the lowest compute capability among the visible CUDA devices (9.0 if none, or
+  `JAXEXT_NUMBA_CUDA_CC=X.Y`). Runs only in computations placed on CUDA devices.
+  """
+  if vmap not in _VMAP_MODES:
+    raise ValueError(f"vmap must be one of {_VMAP_MODES}; got {vmap!r}")
+  if not callable(outputs):
+    raise TypeError("outputs must be a callable returning jax.ShapeDtypeStruct(s)")
+  block = _dim3(block, "block", minimum=1)
+  if math.prod(block) > 1024:
+    raise ValueError(f"block {block} has {math.prod(block)} threads; CUDA allows at most 1024")
+  if grid is not None and not callable(grid):
+    grid = _dim3(grid, "grid", minimum=0)
+  if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
+    raise ValueError(f"shared_mem must be a non-negative int; got {shared_mem!r}")
+
+  def wrap(fn):
+    return NumbaKernel(fn, outputs, vmap=vmap, name=name, boundscheck=False, platform="cuda",
+                       launch=_Launch(grid, block, int(shared_mem), bool(fastmath)))
+
+  return wrap
+
+
+class _Launch:
+  """A CUDA kernel's launch configuration (identity-hashed: it may hold a callable)."""
+
+  def __init__(self, grid, block, shared_mem, fastmath):
+    self.grid, self.block, self.shared_mem, self.fastmath = grid, block, shared_mem, fastmath
+
+
+def _dim3(value, what, *, minimum):
+  dims = (value,) if isinstance(value, (int, np.integer)) else value
+  if (not isinstance(dims, (tuple, list)) or not 1 <= len(dims) <= 3
+      or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims)):
+    raise ValueError(f"{what} must be an int or a tuple of 1 to 3 ints; got {value!r}")
+  dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+  limits = (2**31 - 1, 65535, 65535) if what == "grid" else (1024, 1024, 64)
+  if any(d < minimum or d > lim for d, lim in zip(dims, limits)):
+    raise ValueError(f"{what} {tuple(dims)} is out of CUDA's range (each at least {minimum}, "
+                     f"at most {limits})")
+  return dims
+
 class NumbaKernel:
   """A Numba kernel as a JAX operation; call it like a function of its inputs."""
 
-  def __init__(self, fn, outputs, *, vmap, name, boundscheck):
+  def __init__(self, fn, outputs, *, vmap, name, boundscheck, platform="cpu", launch=None):
     py_func = getattr(fn, "py_func", fn)
     if not callable(py_func):
       raise TypeError(f"numba_kernel needs a function; got {type(fn).__name__}")
@@ -90,6 +166,8 @@ class NumbaKernel:
     self.outputs = outputs
     self.vmap = vmap
     self.boundscheck = boundscheck
+    self.platform = platform  # "cpu" (numba_kernel) or "cuda" (numba_cuda_kernel)
+    self.launch = launch
     self._jvp = None
     self._vjp = None
     self._diff_fns = {}
@@ -97,13 +175,15 @@ class NumbaKernel:
     self._parameters = inspect.signature(py_func).parameters
     self._arg_names = list(self._parameters)
     # Parameters that `outputs` accepts by name (all of them with **kwargs) are passed to it.
-    out_sig = inspect.signature(outputs).parameters.values()
-    self._outputs_params = _Everything() if any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in out_sig) else {p.name for p in out_sig}
+    self._outputs_params = _accepted_names(outputs)
     functools.update_wrapper(self, py_func)
 
+  @property
+  def kind(self) -> str:
+    return "jaxext.numba_kernel" if self.platform == "cpu" else "jaxext.numba_cuda_kernel"
+
   def __repr__(self):
-    return f"<jaxext.numba_kernel {self.name}>"
+    return f"<{self.kind} {self.name}>"
 
   # -- derivatives ------------------------------------------------------------------------------
   def defjvp(self, jvp):
@@ -126,7 +206,7 @@ class NumbaKernel:
     n_ops = len(args) + len(outs)
     param_names = self._arg_names[n_ops:]
     if len(self._arg_names) < n_ops:
-      raise TypeError(f"jaxext.numba_kernel '{self.name}' takes {len(self._arg_names)} arrays "
+      raise TypeError(f"{self.kind} '{self.name}' takes {len(self._arg_names)} arrays "
                       f"but was given {len(args)} inputs and declares {len(outs)} outputs")
     items = self._params(param_names, params)
     results = self._call(args, items, outs)
@@ -137,10 +217,10 @@ class NumbaKernel:
     try:
       arr = jnp.asarray(x)
     except TypeError as err:
-      raise TypeError(f"jaxext.numba_kernel '{self.name}': input {label} is not an array "
+      raise TypeError(f"{self.kind} '{self.name}': input {label} is not an array "
                       f"({type(x).__name__})") from err
     if np.dtype(arr.dtype).name not in compile_cpu.DTYPES:
-      raise TypeError(f"jaxext.numba_kernel '{self.name}': input {label} has dtype {arr.dtype}; "
+      raise TypeError(f"{self.kind} '{self.name}': input {label} has dtype {arr.dtype}; "
                       f"supported: {', '.join(compile_cpu.DTYPES)}")
     return arr
 
@@ -150,15 +230,15 @@ class NumbaKernel:
     specs = (spec,) if single else spec
     if not isinstance(specs, (tuple, list)) or not specs or not all(
         isinstance(s, jax.ShapeDtypeStruct) for s in specs):
-      raise TypeError(f"jaxext.numba_kernel '{self.name}': outputs= must return a "
+      raise TypeError(f"{self.kind} '{self.name}': outputs= must return a "
                       f"jax.ShapeDtypeStruct or a non-empty tuple of them; got {spec!r}")
     avals = []
     for k, s in enumerate(specs):
       if np.dtype(s.dtype).name not in compile_cpu.DTYPES:
-        raise TypeError(f"jaxext.numba_kernel '{self.name}': output {k} has dtype {s.dtype}; "
+        raise TypeError(f"{self.kind} '{self.name}': output {k} has dtype {s.dtype}; "
                         f"supported: {', '.join(compile_cpu.DTYPES)}")
       if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in s.shape):
-        raise TypeError(f"jaxext.numba_kernel '{self.name}': output {k} has shape {s.shape}; "
+        raise TypeError(f"{self.kind} '{self.name}': output {k} has shape {s.shape}; "
                         "need non-negative static integers")
       avals.append(jax.core.ShapedArray(tuple(int(d) for d in s.shape), np.dtype(s.dtype)))
     return single, tuple(avals)
@@ -167,7 +247,7 @@ class NumbaKernel:
     sig = self._parameters
     unknown = sorted(set(params) - set(names))
     if unknown:
-      raise TypeError(f"jaxext.numba_kernel '{self.name}': unexpected parameter(s) {unknown}; "
+      raise TypeError(f"{self.kind} '{self.name}': unexpected parameter(s) {unknown}; "
                       f"its parameters are {names}")
     items = []
     for n in names:
@@ -176,13 +256,13 @@ class NumbaKernel:
       elif sig[n].default is not inspect.Parameter.empty:
         v = sig[n].default
       else:
-        raise TypeError(f"jaxext.numba_kernel '{self.name}': missing parameter {n!r}")
+        raise TypeError(f"{self.kind} '{self.name}': missing parameter {n!r}")
       if isinstance(v, (bool, np.bool_, int, np.integer)):
         v = int(v)
       elif isinstance(v, (float, np.floating)):
         v = float(v)
       else:
-        raise TypeError(f"jaxext.numba_kernel '{self.name}': parameter {n!r} must be a Python or "
+        raise TypeError(f"{self.kind} '{self.name}': parameter {n!r} must be a Python or "
                         f"NumPy int, float or bool (static); got {type(v).__name__}")
       items.append((n, v))
     return tuple(items)
@@ -220,10 +300,70 @@ class NumbaKernel:
   def entry(self, signature):
     return compile_cpu.compile_cpu(self.py_func, self.name, signature, boundscheck=self.boundscheck)
 
+  def cuda_entry(self, signature):
+    from jaxext.numba_bridge import compile_cuda
+    return compile_cuda.compile_cuda(self.py_func, self.name, signature, cc=_target_cc(),
+                                     fastmath=self.launch.fastmath)
+
+  def compile(self, signature):
+    """Compiles for `signature` on this kernel's platform (at trace time: errors surface here)."""
+    return self.entry(signature) if self.platform == "cpu" else self.cuda_entry(signature)
+
+  def launch_dims(self, in_avals, out_avals, items):
+    """(grid, block) of one launch on inputs/outputs of one batch slice (CUDA kernels)."""
+    cfg = self.launch
+    threads = math.prod(cfg.block)
+    if cfg.grid is None:
+      n = math.prod(out_avals[0].shape)
+      grid = (-(-n // threads), 1, 1)
+      if grid[0] > 2**31 - 1:
+        raise ValueError(f"{self.kind} '{self.name}': {n} output elements need more than 2^31 "
+                         f"blocks of {threads} threads; pass a larger block or a grid")
+      return grid, cfg.block
+    if not callable(cfg.grid):
+      return cfg.grid, cfg.block
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
+    names = _accepted_names(cfg.grid)
+    value = cfg.grid(*specs, **{k: v for k, v in items if k in names})
+    try:
+      return _dim3(value, "grid", minimum=0), cfg.block
+    except ValueError as err:
+      raise ValueError(f"{self.kind} '{self.name}': its grid callable returned {value!r}: "
+                       f"{err}") from None
+
 
 class _Everything:
   def __contains__(self, _):
     return True
+
+
+def _accepted_names(fn):
+  """The keyword arguments `fn` accepts (everything, if it takes **kwargs)."""
+  params = inspect.signature(fn).parameters.values()
+  if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+    return _Everything()
+  return {p.name for p in params}
+
+
+def _target_cc() -> tuple[int, int]:
+  """The compute capability CUDA kernels are compiled for (see numba_cuda_kernel)."""
+  forced = os.environ.get("JAXEXT_NUMBA_CUDA_CC")
+  if forced:
+    try:
+      major, minor = (int(x) for x in forced.split("."))
+    except ValueError:
+      raise ValueError(f"JAXEXT_NUMBA_CUDA_CC must look like 9.0; got {forced!r}") from None
+    return major, minor
+  try:
+    devices = jax.devices("cuda")
+  except RuntimeError:  # no CUDA backend in this process (e.g. exporting for CUDA from a CPU host)
+    devices = []
+  ccs = []
+  for d in devices:
+    cc = getattr(d, "compute_capability", None)
+    if cc:
+      ccs.append(tuple(int(x) for x in str(cc).split(".")[:2]))
+  return min(ccs) if ccs else (9, 0)
 
 
 def _as_tuple(x):
@@ -242,7 +382,9 @@ def _signature(in_avals, bmasks, out_avals, items):
 def _bind(kernel, args, items, outs):
   # Compile at trace time: a kernel Numba cannot type fails here, naming kernel and signature.
   in_avals = tuple(jax.core.ShapedArray(jnp.shape(a), a.dtype) for a in args)
-  kernel.entry(_signature(in_avals, (0,) * (len(args) + len(outs)), outs, items))
+  kernel.compile(_signature(in_avals, (0,) * (len(args) + len(outs)), outs, items))
+  if kernel.platform == "cuda":
+    kernel.launch_dims(in_avals, outs, items)  # a bad grid fails here too
   return numba_call_p.bind(*args, kernel=kernel, items=items, outs=outs, nbatch=0,
                            bmasks=(0,) * (len(args) + len(outs)))
 
@@ -277,7 +419,19 @@ def _jitted_impl(kernel, items, outs, nbatch, bmasks):
 numba_call_p.def_impl(lambda *args, **p: _jitted_impl(**p)(*args))
 
 
+def _wrong_platform(kernel, platform):
+  if kernel.platform == "cpu":
+    return NotImplementedError(
+        f"jaxext.numba_kernel '{kernel.name}' is a CPU kernel, but this computation runs on "
+        f"{platform}: write a numba.cuda version and decorate it with jaxext.numba_cuda_kernel")
+  return NotImplementedError(
+      f"jaxext.numba_cuda_kernel '{kernel.name}' runs on CUDA devices, but this computation runs "
+      f"on {platform}: use jaxext.numba_kernel for the CPU")
+
+
 def _lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
+  if kernel.platform != "cpu":
+    raise _wrong_platform(kernel, "cpu")
   if "cpu" not in _ffi.register_all():
     raise NotImplementedError("jaxext.numba_kernel: this build of jaxext has no CPU extension")
   entry = kernel.entry(_signature(ctx.avals_in, bmasks, outs, items))
@@ -295,8 +449,39 @@ def _lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
 compat.register_lowering(numba_call_p, _lowering, "cpu")
 
 
+def _core_avals(avals, bmasks, nbatch):
+  """The operands as one batch slice sees them (their batch axes dropped)."""
+  out = []
+  for a, m in zip(avals, bmasks):
+    nb = bin(m & ((1 << nbatch) - 1)).count("1")
+    out.append(jax.core.ShapedArray(a.shape[nb:], a.dtype))
+  return out
+
+
+def _cuda_lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
+  if kernel.platform != "cuda":
+    raise _wrong_platform(kernel, "CUDA")
+  _ffi.register_all()  # registers the CUDA handler when this build has it (else XLA says so)
+  from jaxext.numba_bridge import compile_cuda
+  entry = kernel.cuda_entry(_signature(ctx.avals_in, bmasks, outs, items))
+  grid, block = kernel.launch_dims(_core_avals(ctx.avals_in, bmasks, nbatch), outs, items)
+  pkinds = [0 if isinstance(v, float) else 1 for _, v in items] or [-1]
+  fparams = [v for _, v in items if isinstance(v, float)] or [0.0]
+  iparams = [v for _, v in items if isinstance(v, int)] or [0]
+  return jax.ffi.ffi_lowering(_CUDA_TARGET)(
+      ctx, *args, name=kernel.name, ptx=entry.ptx, entry=entry.entry,
+      module_id=np.int64(compile_cuda.module_id(entry)), grid=np.asarray(grid, np.int64),
+      block=np.asarray(block, np.int64), shared_mem=np.int64(kernel.launch.shared_mem),
+      pkinds=np.asarray(pkinds, np.int64), fparams=np.asarray(fparams, np.float64),
+      iparams=np.asarray(iparams, np.int64), nbatch=np.int64(nbatch),
+      bmasks=np.asarray(bmasks, np.int64))
+
+
+compat.register_lowering(numba_call_p, _cuda_lowering, "cuda")
+
+
 def _no_derivative(primals, tangents, *, kernel, **_):
-  raise TypeError(f"jaxext.numba_kernel '{kernel.name}' has no derivative: define one with "
+  raise TypeError(f"{kernel.kind} '{kernel.name}' has no derivative: define one with "
                   f"@{kernel.name}.defjvp or @{kernel.name}.defvjp")
 
 
@@ -306,7 +491,10 @@ compat.register_jvp(numba_call_p, _no_derivative)
 def _batch(args, dims, *, kernel, items, outs, nbatch, bmasks):
   size = compat.batch_size(args, dims)
   n_in = len(args)
-  if kernel.vmap == "elementwise" and nbatch == 0:
+  # A CUDA kernel with a fixed grid keeps its grid: folding the batch would need more threads.
+  fixed_grid = kernel.platform == "cuda" and not (
+      kernel.launch.grid is None or callable(kernel.launch.grid))
+  if kernel.vmap == "elementwise" and nbatch == 0 and not fixed_grid:
     folded = _fold(kernel, args, dims, size, items, outs)
     if folded is not None:
       return folded
@@ -331,7 +519,7 @@ def _fold(kernel, args, dims, size, items, outs):
   if any(x.ndim < 2 for x in fronted) or any(o.ndim < 1 for o in outs):
     return None  # a rank-0 operand has no first axis to fold into
   if len({x.shape[1] for x in fronted} | {o.shape[0] for o in outs}) != 1:
-    raise TypeError(f"jaxext.numba_kernel '{kernel.name}': vmap='elementwise' needs every input "
+    raise TypeError(f"{kernel.kind} '{kernel.name}': vmap='elementwise' needs every input "
                     "and output to share its first axis; declare vmap='sequential' for this kernel")
   folded = tuple(x.reshape((size * x.shape[1],) + x.shape[2:]) for x in fronted)
   fouts = tuple(jax.core.ShapedArray((size * o.shape[0],) + o.shape[1:], o.dtype) for o in outs)

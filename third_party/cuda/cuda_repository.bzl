@@ -71,6 +71,9 @@ def _cuda_repository_impl(rctx):
         if res.return_code != 0:
             fail("installing the pinned CUDA wheels failed:\n" + res.stdout + res.stderr)
         rctx.symlink("wheels/nvidia/cu13", "cuda")
+        # NVIDIA's wheels keep libnvvm in lib/; a toolkit has it in nvvm/lib64, where tools given
+        # the tree as CUDA_HOME (numba-cuda, through cuda-pathfinder) look for it.
+        rctx.symlink("wheels/nvidia/cu13/lib/libnvvm.so.4", "wheels/nvidia/cu13/nvvm/lib64/libnvvm.so.4")
     host = rctx.os.environ.get("JAXEXT_CUDA_HOST_COMPILER", CUDA_HOST_COMPILER)
     host_path = rctx.which(host) if not host.startswith("/") else rctx.path(host)
     if not host_path:

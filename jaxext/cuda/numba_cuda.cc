@@ -1,0 +1,313 @@
+#include "jaxext/cuda/numba_cuda.h"
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda.h"
+#include "jaxext/common/numba_array_abi.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxext {
+namespace cuda {
+namespace {
+
+// The CUDA driver API, opened at first use (the handler library links no CUDA driver: the same
+// build loads on machines without one, and jaxext's CPU ops never touch it).
+struct Driver {
+  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+  CUresult (*stream_get_ctx)(CUstream, CUcontext*) = nullptr;
+  CUresult (*ctx_push)(CUcontext) = nullptr;
+  CUresult (*ctx_pop)(CUcontext*) = nullptr;
+  CUresult (*module_load)(CUmodule*, const void*, unsigned, CUjit_option*, void**) = nullptr;
+  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*func_set_attribute)(CUfunction, CUfunction_attribute, int) = nullptr;
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void**, void**) = nullptr;
+  std::string error;  // why the driver is unusable, if it is
+
+  std::string Describe(CUresult r) const {
+    const char* s = nullptr;
+    if (get_error_string == nullptr || get_error_string(r, &s) != CUDA_SUCCESS || s == nullptr) {
+      return "CUDA error " + std::to_string(static_cast<int>(r));
+    }
+    return s;
+  }
+};
+
+template <typename F>
+bool Resolve(void* lib, const char* symbol, F& fn, std::string& error) {
+  fn = reinterpret_cast<F>(dlsym(lib, symbol));
+  if (fn == nullptr && error.empty()) error = std::string("libcuda.so.1 has no ") + symbol;
+  return fn != nullptr;
+}
+
+const Driver& GetDriver() {
+  static const Driver* driver = [] {
+    auto* d = new Driver;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      d->error = std::string("cannot load the CUDA driver (libcuda.so.1): ") + (why ? why : "");
+      return d;
+    }
+    Resolve(lib, "cuGetErrorString", d->get_error_string, d->error);
+    Resolve(lib, "cuStreamGetCtx", d->stream_get_ctx, d->error);
+    Resolve(lib, "cuCtxPushCurrent_v2", d->ctx_push, d->error);
+    Resolve(lib, "cuCtxPopCurrent_v2", d->ctx_pop, d->error);
+    Resolve(lib, "cuModuleLoadDataEx", d->module_load, d->error);
+    Resolve(lib, "cuModuleGetFunction", d->module_get_function, d->error);
+    Resolve(lib, "cuFuncSetAttribute", d->func_set_attribute, d->error);
+    Resolve(lib, "cuLaunchKernel", d->launch, d->error);
+    return d;
+  }();
+  return *driver;
+}
+
+// Loaded kernels, per (context, module id). Modules are never unloaded: a kernel lives as long as
+// executables that may launch it, which jaxext cannot see; there is one module per distinct
+// kernel and signature.
+struct ModuleKey {
+  CUcontext ctx;
+  int64_t id;
+  bool operator==(const ModuleKey& o) const { return ctx == o.ctx && id == o.id; }
+};
+struct ModuleKeyHash {
+  size_t operator()(const ModuleKey& k) const {
+    return std::hash<const void*>()(k.ctx) ^ (std::hash<int64_t>()(k.id) * 0x9e3779b97f4a7c15ULL);
+  }
+};
+
+std::mutex& CacheMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+
+std::unordered_map<ModuleKey, CUfunction, ModuleKeyHash>& Cache() {
+  static auto* cache = new std::unordered_map<ModuleKey, CUfunction, ModuleKeyHash>;
+  return *cache;
+}
+
+std::string Prefix(std::string_view name) {
+  return "jaxext.numba_cuda_kernel '" + std::string(name) + "': ";
+}
+
+// The kernel's function in the context of `stream`, loading its module on first use there.
+ffi::ErrorOr<CUfunction> GetFunction(CUstream stream, std::string_view name, std::string_view ptx,
+                                     std::string_view entry, int64_t module_id,
+                                     int64_t shared_mem) {
+  const Driver& drv = GetDriver();
+  if (!drv.error.empty()) {
+    return ffi::Unexpected(
+        ffi::Error(ffi::ErrorCode::kFailedPrecondition, Prefix(name) + drv.error));
+  }
+  CUcontext ctx = nullptr;
+  CUresult r = drv.stream_get_ctx(stream, &ctx);
+  if (r != CUDA_SUCCESS) {
+    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal,
+                      Prefix(name) + "cannot find XLA's CUDA context: " + drv.Describe(r)));
+  }
+  std::lock_guard<std::mutex> lock(CacheMutex());
+  auto it = Cache().find({ctx, module_id});
+  if (it != Cache().end()) return it->second;
+
+  r = drv.ctx_push(ctx);
+  if (r != CUDA_SUCCESS) {
+    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal,
+                                      Prefix(name) + "cuCtxPushCurrent: " + drv.Describe(r)));
+  }
+  const std::string ptx_z(ptx);  // the driver wants a NUL-terminated image
+  const std::string entry_z(entry);
+  char log[4096] = {0};
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof(log) - 1))};
+  CUmodule module = nullptr;
+  CUfunction fn = nullptr;
+  std::string error;
+  r = drv.module_load(&module, ptx_z.c_str(), 2, options, values);
+  if (r != CUDA_SUCCESS) {
+    error = "loading its PTX failed: " + drv.Describe(r) + (log[0] ? std::string(": ") + log : "");
+  } else if ((r = drv.module_get_function(&fn, module, entry_z.c_str())) != CUDA_SUCCESS) {
+    error = "its PTX has no kernel " + entry_z + ": " + drv.Describe(r);
+  } else if (shared_mem > 48 * 1024 &&
+             (r = drv.func_set_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         static_cast<int>(shared_mem))) != CUDA_SUCCESS) {
+    error = "cannot grant " + std::to_string(shared_mem) + " bytes of shared memory: " +
+            drv.Describe(r);
+  }
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  if (!error.empty()) {
+    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal, Prefix(name) + error));
+  }
+  Cache().emplace(ModuleKey{ctx, module_id}, fn);
+  return fn;
+}
+
+constexpr int kMaxBatchAxes = 62;
+
+ffi::Error InitializeImpl(CUstream stream, ffi::RemainingArgs, ffi::RemainingRets,
+                          std::string_view name, std::string_view ptx, std::string_view entry,
+                          int64_t module_id, ffi::Span<const int64_t>, ffi::Span<const int64_t>,
+                          int64_t shared_mem, ffi::Span<const int64_t>, ffi::Span<const double>,
+                          ffi::Span<const int64_t>, int64_t, ffi::Span<const int64_t>) {
+  auto fn = GetFunction(stream, name, ptx, entry, module_id, shared_mem);
+  return fn.has_value() ? ffi::Error::Success() : fn.error();
+}
+
+ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                       std::string_view name, std::string_view ptx, std::string_view entry,
+                       int64_t module_id, ffi::Span<const int64_t> grid,
+                       ffi::Span<const int64_t> block, int64_t shared_mem,
+                       ffi::Span<const int64_t> pkinds, ffi::Span<const double> fparams,
+                       ffi::Span<const int64_t> iparams, int64_t nbatch,
+                       ffi::Span<const int64_t> bmasks) {
+  auto invalid = [&](const std::string& what) {
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, Prefix(name) + what);
+  };
+  const size_t n_args = args.size(), n_ops = args.size() + rets.size();
+  if (grid.size() != 3 || block.size() != 3) return invalid("grid and block need 3 entries");
+  if (bmasks.size() != n_ops || nbatch < 0 || nbatch > kMaxBatchAxes) {
+    return invalid("got inconsistent batching attributes");
+  }
+  for (int k = 0; k < 3; ++k) {
+    if (grid[k] < 0 || block[k] < 0 || grid[k] > 0x7fffffff || block[k] > 1024) {
+      return invalid("got an out-of-range grid or block");
+    }
+  }
+
+  // Kernel parameters: each operand's array slots (its core dims: the batch axes are looped over
+  // here), then the scalars.
+  std::vector<int64_t> slots;
+  std::vector<size_t> data_slot(n_ops);
+  std::vector<char*> base(n_ops);
+  std::vector<std::vector<int64_t>> batch_stride(n_ops, std::vector<int64_t>(nbatch, 0));
+  std::vector<int64_t> batch_size(nbatch, 1);
+  for (size_t i = 0; i < n_ops; ++i) {
+    auto got = [&]() -> ffi::ErrorOr<ffi::AnyBuffer> {  // operand i: arguments, then results
+      if (i < n_args) return args.get<ffi::AnyBuffer>(i);
+      auto b = rets.get<ffi::AnyBuffer>(i - n_args);
+      if (!b.has_value()) return ffi::Unexpected(b.error());
+      return **b;
+    }();
+    if (!got.has_value()) return got.error();
+    const ffi::AnyBuffer buffer = *got;
+    auto dims = buffer.dimensions();
+    const int64_t mask = bmasks[i];
+    int64_t nb = 0;
+    for (int64_t j = 0; j < nbatch; ++j) nb += (mask >> j) & 1;
+    if (nb > static_cast<int64_t>(dims.size())) return invalid("got fewer axes than batch axes");
+    const int64_t width = static_cast<int64_t>(ffi::ByteWidth(buffer.element_type()));
+    const size_t rank = dims.size() - nb;
+    int64_t core_bytes = width;
+    for (size_t d = nb; d < dims.size(); ++d) core_bytes *= dims[d];
+    std::vector<int64_t> own_strides(nb);
+    int64_t stride = core_bytes;
+    for (int64_t k = nb - 1; k >= 0; --k) {
+      own_strides[k] = stride;
+      stride *= dims[k];
+    }
+    for (int64_t j = 0, k = 0; j < nbatch; ++j) {
+      if ((mask >> j) & 1) {
+        batch_stride[i][j] = own_strides[k];
+        if (batch_size[j] != 1 && batch_size[j] != dims[k]) {
+          return invalid("got operands that disagree on a batch axis");
+        }
+        batch_size[j] = dims[k];
+        ++k;
+      }
+    }
+    base[i] = static_cast<char*>(buffer.untyped_data());
+    const size_t at = slots.size();
+    slots.resize(at + NumbaArraySlots(rank));
+    WriteNumbaArray(slots.data() + at, base[i], dims.begin() + nb, rank, width);
+    data_slot[i] = at + kNumbaArrayDataSlot;
+  }
+  size_t nf = 0, ni = 0;
+  for (int64_t kind : pkinds) {
+    if (kind == 0 && nf < fparams.size()) {
+      slots.push_back(NumbaFloatSlot(fparams[nf++]));
+    } else if (kind == 1 && ni < iparams.size()) {
+      slots.push_back(iparams[ni++]);
+    } else if (kind != -1) {
+      return invalid("got parameter kinds that do not match the parameters");
+    }
+  }
+
+  int64_t total = 1;
+  for (int64_t s : batch_size) total *= s;
+  const bool empty_launch = grid[0] * grid[1] * grid[2] == 0 || block[0] * block[1] * block[2] == 0;
+  if (total == 0 || empty_launch) return ffi::Error::Success();
+
+  auto fn = GetFunction(stream, name, ptx, entry, module_id, shared_mem);
+  if (!fn.has_value()) return fn.error();
+  std::vector<void*> argv(slots.size());
+  for (size_t k = 0; k < slots.size(); ++k) argv[k] = &slots[k];
+  const Driver& drv = GetDriver();
+
+  // One launch per batch slice (vmap="sequential"): the kernel sees one slice, as unbatched.
+  // cuLaunchKernel copies the parameters at the call, so the slots are rewritten in place.
+  std::vector<int64_t> index(nbatch, 0);
+  for (int64_t t = 0; t < total; ++t) {
+    if (nbatch > 0) {
+      for (size_t i = 0; i < n_ops; ++i) {
+        int64_t offset = 0;
+        for (int64_t j = 0; j < nbatch; ++j) offset += index[j] * batch_stride[i][j];
+        SetNumbaArrayData(&slots[data_slot[i] - kNumbaArrayDataSlot], base[i] + offset);
+      }
+    }
+    CUresult r = drv.launch(*fn, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
+                            static_cast<unsigned>(grid[2]), static_cast<unsigned>(block[0]),
+                            static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2]),
+                            static_cast<unsigned>(shared_mem), stream, argv.data(), nullptr);
+    if (r != CUDA_SUCCESS) {
+      return ffi::Error(ffi::ErrorCode::kInternal,
+                        Prefix(name) + "kernel launch failed: " + drv.Describe(r));
+    }
+    for (int64_t j = nbatch - 1; j >= 0; --j) {  // next batch index, last axis fastest
+      if (++index[j] < batch_size[j]) break;
+      index[j] = 0;
+    }
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+#define JAXEXT_NUMBA_CUDA_BINDING(stage)                 \
+  ffi::Ffi::Bind<stage>()                                \
+      .Ctx<ffi::PlatformStream<CUstream>>()              \
+      .RemainingArgs()                                   \
+      .RemainingRets()                                   \
+      .Attr<std::string_view>("name")                    \
+      .Attr<std::string_view>("ptx")                     \
+      .Attr<std::string_view>("entry")                   \
+      .Attr<int64_t>("module_id")                        \
+      .Attr<ffi::Span<const int64_t>>("grid")            \
+      .Attr<ffi::Span<const int64_t>>("block")           \
+      .Attr<int64_t>("shared_mem")                       \
+      .Attr<ffi::Span<const int64_t>>("pkinds")          \
+      .Attr<ffi::Span<const double>>("fparams")          \
+      .Attr<ffi::Span<const int64_t>>("iparams")         \
+      .Attr<int64_t>("nbatch")                           \
+      .Attr<ffi::Span<const int64_t>>("bmasks")
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextNumbaCallCudaInitialize, InitializeImpl,
+                              JAXEXT_NUMBA_CUDA_BINDING(ffi::ExecutionStage::kInitialize));
+// Command-buffer compatible: the same launches for the same attributes, no host synchronisation,
+// no allocation (the module is loaded in the initialize stage, outside any capture).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextNumbaCallCuda, ExecuteImpl,
+                              JAXEXT_NUMBA_CUDA_BINDING(ffi::ExecutionStage::kExecute),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+#undef JAXEXT_NUMBA_CUDA_BINDING
+
+}  // namespace cuda
+}  // namespace jaxext

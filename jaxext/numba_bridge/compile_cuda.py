@@ -1,0 +1,194 @@
+"""A Python function compiled by numba-cuda to a PTX kernel, for XLA's CUDA handler.
+
+The CUDA half of the bridge's reusable layer (compile_cpu.py is the CPU half):
+`compile_cuda(fn, name, signature, cc=...)` returns a `CudaEntry` holding the PTX of `fn` compiled
+as a kernel taking the signature's arrays (C-contiguous) and scalar parameters, the kernel's
+mangled entry name, and a content id. No GPU is needed: numba-cuda compiles through NVVM (it
+loads libnvvm and libnvrtc; a CUDA toolkit found through `CUDA_HOME`, or NVIDIA's wheels, such as
+`pip install 'numba-cuda[cu13]'`).
+
+The handler (jaxext/cuda/numba_cuda.cc) passes each array as Numba's CUDA target expects it
+(jaxext/common/numba_array_abi.h: meminfo, parent, nitems, itemsize, data, shape, strides), and
+each parameter as a float64 or int64. Every compiled kernel's PTX is checked against that layout
+here, at trace time, so a numba-cuda whose ABI differs fails with an error instead of a fault.
+
+PTX is cached on disk next to the CPU cache (`JAXEXT_NUMBA_CACHE_DIR`), named by content id.
+
+Limits (of loading PTX outside Numba's runtime): kernels run without Numba's module setup
+(`cuda.random` states, `print`, and linked files are unsupported); exceptions raised in a kernel
+are not reported (as in numba.cuda without debug=True): signal errors through an output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import re
+import threading
+import warnings
+
+import numpy as np
+
+from jaxext.numba_bridge import compile_cpu
+from jaxext.numba_bridge.compile_cpu import DTYPES, Signature
+
+
+@contextlib.contextmanager
+def _numpy_for_numba_cuda():
+  """numba-cuda 0.30.x registers an overload for np.row_stack when its typing registries load
+  (at import or at the first compilation), and NumPy 2.5 removed np.row_stack. An alias that
+  exists only while numba-cuda imports or compiles lets it load; NumPy is left as it was."""
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    added = not hasattr(np, "row_stack")
+    if added:
+      np.row_stack = np.vstack
+    try:
+      yield
+    finally:
+      if added:
+        del np.row_stack
+
+
+def _import_numba_cuda():
+  try:
+    with _numpy_for_numba_cuda():
+      from numba import cuda
+      from numba.cuda import compiler  # noqa: F401 - fails here if numba-cuda is broken
+  except ImportError as err:
+    raise ImportError("jaxext.numba_cuda_kernel needs numba-cuda: "
+                      "pip install 'jaxext[numba-cuda]' (numba-cuda>=0.30.4)") from err
+  return cuda
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaEntry:
+  kernel_id: int
+  ptx: str
+  entry: str
+  signature: Signature
+  cc: tuple[int, int]
+
+
+def param_layout(signature: Signature) -> list[str]:
+  """The PTX parameter types a kernel of `signature` must declare (numba_array_abi.h)."""
+  layout = []
+  for _, rank in signature.args + signature.results:
+    layout += [".u64"] * (5 + 2 * rank)
+  layout += [".f64" if k == "f" else ".u64" for k in signature.params]
+  return layout
+
+
+_ENTRY = re.compile(r"\.visible\s+\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
+
+
+def parse_entry(ptx: str) -> tuple[str, list[str]]:
+  """(entry name, parameter types) of the one kernel in `ptx`."""
+  found = _ENTRY.findall(ptx)
+  if len(found) != 1:
+    raise ValueError(f"expected one .entry in the PTX; found {len(found)}")
+  name, params = found[0]
+  types = [p.split()[1] for p in params.split(",") if p.strip()]
+  return name, types
+
+
+def _numba_types(signature: Signature):
+  from numba import types as nbtypes
+  scalar = {"float32": nbtypes.float32, "float64": nbtypes.float64, "int32": nbtypes.int32,
+            "int64": nbtypes.int64, "bool": nbtypes.boolean}
+  arrays = [nbtypes.Array(scalar[d], r, "C") for d, r in signature.args + signature.results]
+  params = [nbtypes.float64 if k == "f" else nbtypes.int64 for k in signature.params]
+  return tuple(arrays + params)
+
+
+_lock = threading.Lock()
+_entries: dict[int, CudaEntry] = {}
+
+
+def _numba_cuda_version() -> str:
+  try:
+    from importlib.metadata import version
+    return version("numba-cuda")
+  except Exception:  # noqa: BLE001 - a source checkout: the module is what it is
+    return "unknown"
+
+
+def compile_cuda(fn, name: str, signature: Signature, *, cc: tuple[int, int],
+                 fastmath: bool = False, lineinfo: bool = False) -> CudaEntry:
+  """Compiles `fn` as a CUDA kernel for `signature` and compute capability `cc` (PTX)."""
+  for d, _ in signature.args + signature.results:
+    if d not in DTYPES:
+      raise TypeError(f"jaxext.numba_cuda_kernel '{name}': unsupported dtype {d}")
+  options = (("cuda", tuple(cc)), ("fastmath", bool(fastmath)), ("lineinfo", bool(lineinfo)),
+             ("numba-cuda", _numba_cuda_version()))
+  py_func = getattr(fn, "py_func", fn)
+  kernel_id = compile_cpu.content_id(py_func, signature, options)
+  with _lock:
+    entry = _entries.get(kernel_id)
+    if entry is not None:
+      return entry
+    ptx = _read_cache(kernel_id)
+    if ptx is None:
+      cuda = _import_numba_cuda()
+      try:
+        with _numpy_for_numba_cuda():
+          ptx, _ = cuda.compile(py_func, _numba_types(signature), device=False, abi="numba",
+                                output="ptx", cc=tuple(cc), fastmath=fastmath,
+                                lineinfo=lineinfo)
+      except Exception as err:  # noqa: BLE001 - Numba raises many kinds; all mean "cannot compile"
+        raise TypeError(
+            f"jaxext.numba_cuda_kernel '{name}': numba-cuda cannot compile it for "
+            f"{signature.describe()} (compute capability {cc[0]}.{cc[1]}):\n{err}") from None
+      _write_cache(kernel_id, ptx)
+    entry_name, types = parse_entry(ptx)
+    expected = param_layout(signature)
+    if types != expected:
+      raise TypeError(
+          f"jaxext.numba_cuda_kernel '{name}': the compiled kernel takes parameters {types}; "
+          f"jaxext passes {expected} (Numba's CUDA array ABI; is this numba-cuda supported?)")
+    entry = CudaEntry(kernel_id=kernel_id, ptx=ptx, entry=entry_name, signature=signature,
+                      cc=tuple(cc))
+    _entries[kernel_id] = entry
+    return entry
+
+
+_COMPLETE = "\n// jaxext-complete\n"
+
+
+def _cache_path(kernel_id: int) -> str | None:
+  directory = compile_cpu.cache_dir()
+  return None if directory is None else os.path.join(directory,
+                                                     f"jaxext_numba_cuda_{kernel_id:016x}.ptx")
+
+
+def _read_cache(kernel_id: int) -> str | None:
+  path = _cache_path(kernel_id)
+  try:
+    with open(path) as f:
+      ptx = f.read()
+  except (OSError, TypeError):
+    return None
+  # A partial or foreign file is ignored (recompiled and rewritten).
+  return ptx[:-len(_COMPLETE)] if ptx.endswith(_COMPLETE) else None
+
+
+def _write_cache(kernel_id: int, ptx: str) -> None:
+  path = _cache_path(kernel_id)
+  if path is None:
+    return
+  try:
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "w") as f:
+      f.write(ptx + _COMPLETE)
+    os.replace(tmp, path)
+  except OSError:
+    pass
+
+
+def module_id(entry: CudaEntry) -> int:
+  """The handler's module cache key: a hash of exactly what it loads."""
+  h = hashlib.sha256(entry.ptx.encode())
+  h.update(entry.entry.encode())
+  return int.from_bytes(h.digest()[:8], "little") & ((1 << 63) - 1)
