@@ -64,8 +64,25 @@ def batch_axis_to_front(x, dim, size: int):
   return jnp.moveaxis(x, dim, 0)
 
 
-def register_lowering(prim, rule, platform: str) -> None:
-  mlir.register_lowering(prim, rule, platform=platform)
+def register_lowering(prim, rule, platform: str, *, partitioned: bool = False) -> None:
+  """Registers `rule` as `prim`'s lowering on `platform`.
+
+  partitioned: the rule lowers through jax.experimental.custom_partitioning (jaxext._sharding),
+  which needs the devices during lowering: jit otherwise lowers device-agnostically (its
+  ShardingContext then has no device assignment, and custom_partitioning fails), and caches
+  lowerings across device assignments. jax has no public switch for either (0.10 .. 0.12).
+  """
+  if not partitioned:
+    mlir.register_lowering(prim, rule, platform=platform)
+    return
+  from jax._src import dispatch
+  mlir.register_lowering(prim, rule, platform=platform, cacheable=False)
+  dispatch.prim_requires_devices_during_lowering.add(prim)
+
+
+def lower_fun(fun, multiple_results: bool):
+  """A lowering rule that lowers the JAX function `fun` in place of the primitive."""
+  return mlir.lower_fun(fun, multiple_results=multiple_results)
 
 
 def register_jvp(prim, rule) -> None:

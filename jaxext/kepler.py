@@ -24,6 +24,7 @@ from jax.extend.core import Primitive
 
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
+from jaxext import _sharding
 from jaxext._validation import float_operand
 
 __all__ = ["kepler", "kepler_p"]
@@ -89,12 +90,17 @@ def _lowering(ctx, m, e, *, platform):
         f"jaxext.kepler has no {platform} kernel in this build of jaxext "
         f"(available: {', '.join(_ffi.register_all())})")
   (aval_m, _) = ctx.avals_in
-  return jax.ffi.ffi_lowering(_target_name(aval_m.dtype))(ctx, m, e)
+  like = lambda m, e: (jax.ShapeDtypeStruct(m.shape, m.dtype),) * 2
+  dims = _sharding.elementwise(aval_m.ndim)  # element-wise: splits along any axis
+  return _sharding.lower(ctx, (m, e), _sharding.ffi_per_shard(_target_name(aval_m.dtype), like),
+                         [dims, dims], [dims, dims])
 
 
 # One rule per platform family; the same target name is registered for each platform.
-compat.register_lowering(kepler_p, functools.partial(_lowering, platform="cpu"), "cpu")
-compat.register_lowering(kepler_p, functools.partial(_lowering, platform="CUDA"), "cuda")
+compat.register_lowering(kepler_p, functools.partial(_lowering, platform="cpu"), "cpu",
+                         partitioned=True)
+compat.register_lowering(kepler_p, functools.partial(_lowering, platform="CUDA"), "cuda",
+                         partitioned=True)
 
 
 def _jvp(primals, tangents):

@@ -33,6 +33,7 @@ from jax.extend.core import Primitive
 
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
+from jaxext import _sharding
 from jaxext._validation import float_operand
 
 __all__ = ["MAX_ORDER", "limb_dark_flux", "limbdark_p", "quadratic_limb_dark_flux"]
@@ -144,11 +145,29 @@ def _lowering(ctx, b, r, u, *, grad, platform):
     raise NotImplementedError(
         f"jaxext.limb_dark_flux has no {platform} kernel in this build of jaxext "
         f"(available: {', '.join(_ffi.register_all())})")
-  return jax.ffi.ffi_lowering(_target_name(ctx.avals_in[0].dtype, grad))(ctx, b, r, u)
+  # Split along the points' axes (b, r, the outputs; u along the prefix it has), never along the
+  # coefficients.
+  aval_b, aval_r, aval_u = ctx.avals_in
+  pts = _sharding.elementwise(aval_b.ndim)
+  coef = ("_coef",)
+
+  def like(b, r, u):
+    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
+    if not grad:
+      return (out,)
+    return (out, out, out, jax.ShapeDtypeStruct(b.shape + (u.shape[-1],), b.dtype))
+
+  operands = [pts, pts if aval_r.ndim else (), pts[:aval_u.ndim - 1] + coef]
+  results = [pts] if not grad else [pts, pts, pts, pts + coef]
+  return _sharding.lower(ctx, (b, r, u),
+                         _sharding.ffi_per_shard(_target_name(aval_b.dtype, grad), like),
+                         operands, results)
 
 
-compat.register_lowering(limbdark_p, functools.partial(_lowering, platform="cpu"), "cpu")
-compat.register_lowering(limbdark_p, functools.partial(_lowering, platform="CUDA"), "cuda")
+compat.register_lowering(limbdark_p, functools.partial(_lowering, platform="cpu"), "cpu",
+                         partitioned=True)
+compat.register_lowering(limbdark_p, functools.partial(_lowering, platform="CUDA"), "cuda",
+                         partitioned=True)
 
 
 def _jvp(primals, tangents, *, grad):

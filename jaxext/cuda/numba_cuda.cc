@@ -77,11 +77,15 @@ const Driver& GetDriver() {
 struct ModuleKey {
   CUcontext ctx;
   int64_t id;
-  bool operator==(const ModuleKey& o) const { return ctx == o.ctx && id == o.id; }
+  int64_t shared_mem;  // the function's dynamic shared memory grant is part of what is cached
+  bool operator==(const ModuleKey& o) const {
+    return ctx == o.ctx && id == o.id && shared_mem == o.shared_mem;
+  }
 };
 struct ModuleKeyHash {
   size_t operator()(const ModuleKey& k) const {
-    return std::hash<const void*>()(k.ctx) ^ (std::hash<int64_t>()(k.id) * 0x9e3779b97f4a7c15ULL);
+    return std::hash<const void*>()(k.ctx) ^ (std::hash<int64_t>()(k.id) * 0x9e3779b97f4a7c15ULL) ^
+           std::hash<int64_t>()(k.shared_mem);
   }
 };
 
@@ -115,7 +119,7 @@ ffi::ErrorOr<CUfunction> GetFunction(CUstream stream, std::string_view name, std
                       Prefix(name) + "cannot find XLA's CUDA context: " + drv.Describe(r)));
   }
   std::lock_guard<std::mutex> lock(CacheMutex());
-  auto it = Cache().find({ctx, module_id});
+  auto it = Cache().find({ctx, module_id, shared_mem});
   if (it != Cache().end()) return it->second;
 
   r = drv.ctx_push(ctx);
@@ -147,7 +151,7 @@ ffi::ErrorOr<CUfunction> GetFunction(CUstream stream, std::string_view name, std
   if (!error.empty()) {
     return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal, Prefix(name) + error));
   }
-  Cache().emplace(ModuleKey{ctx, module_id}, fn);
+  Cache().emplace(ModuleKey{ctx, module_id, shared_mem}, fn);
   return fn;
 }
 
@@ -189,7 +193,8 @@ ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
   std::vector<size_t> data_slot(n_ops);
   std::vector<char*> base(n_ops);
   std::vector<std::vector<int64_t>> batch_stride(n_ops, std::vector<int64_t>(nbatch, 0));
-  std::vector<int64_t> batch_size(nbatch, 1);
+  std::vector<int64_t> batch_size(nbatch, -1);  // -1: not seen yet
+  bool all_results_empty = rets.size() > 0;
   for (size_t i = 0; i < n_ops; ++i) {
     auto got = [&]() -> ffi::ErrorOr<ffi::AnyBuffer> {  // operand i: arguments, then results
       if (i < n_args) return args.get<ffi::AnyBuffer>(i);
@@ -217,13 +222,14 @@ ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
     for (int64_t j = 0, k = 0; j < nbatch; ++j) {
       if ((mask >> j) & 1) {
         batch_stride[i][j] = own_strides[k];
-        if (batch_size[j] != 1 && batch_size[j] != dims[k]) {
+        if (batch_size[j] != -1 && batch_size[j] != dims[k]) {
           return invalid("got operands that disagree on a batch axis");
         }
         batch_size[j] = dims[k];
         ++k;
       }
     }
+    if (i >= n_args && buffer.element_count() > 0) all_results_empty = false;
     base[i] = static_cast<char*>(buffer.untyped_data());
     const size_t at = slots.size();
     slots.resize(at + NumbaArraySlots(rank));
@@ -242,15 +248,37 @@ ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
   }
 
   int64_t total = 1;
-  for (int64_t s : batch_size) total *= s;
+  for (int64_t s : batch_size) {
+    if (s < 0) return invalid("got a batch axis no operand carries");
+    total *= s;
+  }
+  // Nothing to launch: no batch slice, an empty grid, or no output element to write (a kernel
+  // could only read its possibly empty inputs out of bounds).
   const bool empty_launch = grid[0] * grid[1] * grid[2] == 0 || block[0] * block[1] * block[2] == 0;
-  if (total == 0 || empty_launch) return ffi::Error::Success();
+  if (total == 0 || empty_launch || all_results_empty) return ffi::Error::Success();
 
   auto fn = GetFunction(stream, name, ptx, entry, module_id, shared_mem);
   if (!fn.has_value()) return fn.error();
   std::vector<void*> argv(slots.size());
   for (size_t k = 0; k < slots.size(); ++k) argv[k] = &slots[k];
   const Driver& drv = GetDriver();
+  // Launch in the stream's context, whatever is current on this thread.
+  CUcontext ctx = nullptr;
+  if (CUresult r = drv.stream_get_ctx(stream, &ctx); r != CUDA_SUCCESS) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      Prefix(name) + "cuStreamGetCtx: " + drv.Describe(r));
+  }
+  if (CUresult r = drv.ctx_push(ctx); r != CUDA_SUCCESS) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      Prefix(name) + "cuCtxPushCurrent: " + drv.Describe(r));
+  }
+  struct PopOnExit {
+    const Driver& drv;
+    ~PopOnExit() {
+      CUcontext popped;
+      drv.ctx_pop(&popped);
+    }
+  } pop_on_exit{drv};
 
   // One launch per batch slice (vmap="sequential"): the kernel sees one slice, as unbatched.
   // cuLaunchKernel copies the parameters at the call, so the slots are rewritten in place.

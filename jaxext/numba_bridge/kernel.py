@@ -31,7 +31,7 @@ trace time (compile_cuda.py; no GPU needed) and the PTX is carried in the custom
 C++ handler (jaxext/cuda/numba_cuda.cc) loads once per CUDA context and launches on XLA's stream;
 "sequential" vmap is one launch per batch slice, issued natively. The launch: `block` threads per
 block (default 256) and `grid` blocks, by default enough one-dimensional blocks to give one
-thread per element of the first output; `grid` may be a callable of the inputs (per batch slice,
+thread per element of the largest output; `grid` may be a callable of the inputs (per batch slice,
 as `jax.ShapeDtypeStruct`s) and the parameters, for kernels that index differently.
 """
 
@@ -50,6 +50,7 @@ from jax.extend.core import Primitive
 
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
+from jaxext import _sharding
 from jaxext.numba_bridge import compile_cpu
 
 __all__ = ["NumbaKernel", "numba_call_p", "numba_cuda_kernel", "numba_kernel"]
@@ -105,8 +106,8 @@ def numba_cuda_kernel(outputs, *, grid=None, block=256, shared_mem=0, vmap="sequ
     outputs, vmap, name: as for `numba_kernel`.
     grid: blocks per launch: an int, a tuple of up to 3 ints, a callable (inputs as
       jax.ShapeDtypeStructs of one batch slice, then the parameters it names by keyword) returning
-      one of those, or None (default): ceil(size of the first output / threads per block) blocks
-      in x, one thread per output element.
+      one of those, or None (default): ceil(size of the largest output / threads per block) blocks
+      in x, one thread per element of the largest output.
     block: threads per block: an int or a tuple of up to 3 ints (at most 1024 in all).
     shared_mem: bytes of dynamic shared memory per block (`cuda.shared.array(0, ...)`).
     fastmath: numba-cuda's fastmath flag.
@@ -314,7 +315,7 @@ class NumbaKernel:
     cfg = self.launch
     threads = math.prod(cfg.block)
     if cfg.grid is None:
-      n = math.prod(out_avals[0].shape)
+      n = max(math.prod(o.shape) for o in out_avals)  # one thread per element of the largest
       grid = (-(-n // threads), 1, 1)
       if grid[0] > 2**31 - 1:
         raise ValueError(f"{self.kind} '{self.name}': {n} output elements need more than 2^31 "
@@ -439,14 +440,57 @@ def _lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
   _cpu_ops.register_numba_kernel(entry.kernel_id, entry.address)
   fparams = [v for _, v in items if isinstance(v, float)] or [0.0]
   iparams = [v for _, v in items if isinstance(v, int)] or [0]
-  return jax.ffi.ffi_lowering(_TARGET)(
-      ctx, *args, kernel_id=np.int64(entry.kernel_id), name=kernel.name,
+  return _partitioned(ctx, args, kernel, outs, nbatch, bmasks, _TARGET, dict(
+      kernel_id=np.int64(entry.kernel_id), name=kernel.name,
       fparams=np.asarray(fparams, np.float64), iparams=np.asarray(iparams, np.int64),
       nbatch=np.int64(nbatch), bmasks=np.asarray(bmasks, np.int64),
-      split=np.int64(kernel.vmap == "elementwise"))
+      split=np.int64(kernel.vmap == "elementwise")))
 
 
-compat.register_lowering(numba_call_p, _lowering, "cpu")
+def _partitioned(ctx, args, kernel, outs, nbatch, bmasks, target, attrs):
+  """The FFI call, split across devices where that is safe: along vmap's batch axes (each batch
+  slice is its own kernel call), or along the shared first axis of an elementwise kernel; the
+  kernel's own axes otherwise stay whole on each device."""
+  in_avals = ctx.avals_in
+  n_in = len(in_avals)
+  masks = [int(m) for m in bmasks]
+
+  def batch_positions(mask):  # batch axis j -> the operand's dimension holding it
+    return {j: bin(mask & ((1 << j) - 1)).count("1") for j in range(nbatch) if (mask >> j) & 1}
+
+  elementwise = (nbatch == 0 and kernel.vmap == "elementwise" and n_in > 0
+                 and all(a.ndim >= 1 for a in in_avals) and all(o.ndim >= 1 for o in outs)
+                 and len({a.shape[0] for a in in_avals} | {o.shape[0] for o in outs}) == 1)
+  if nbatch > 0:
+    def factors(ndim, mask):
+      pos = batch_positions(mask)
+      lead = [f"b{j}" for j in sorted(pos)]
+      return tuple(lead) + (None,) * (ndim - len(lead))
+    operands = [factors(a.ndim, m) for a, m in zip(in_avals, masks[:n_in])]
+    results = [tuple(f"b{j}" for j in range(nbatch)) + (None,) * o.ndim for o in outs]
+
+    def result_types(*xs):
+      sizes = {}
+      for x, m in zip(xs, masks[:n_in]):
+        for j, d in batch_positions(m).items():
+          sizes[j] = x.shape[d]
+      batch = tuple(sizes[j] for j in range(nbatch))
+      return tuple(jax.ShapeDtypeStruct(batch + o.shape, o.dtype) for o in outs)
+  elif elementwise:
+    operands = [("d0",) + (None,) * (a.ndim - 1) for a in in_avals]
+    results = [("d0",) + (None,) * (o.ndim - 1) for o in outs]
+
+    def result_types(*xs):
+      return tuple(jax.ShapeDtypeStruct((xs[0].shape[0],) + o.shape[1:], o.dtype) for o in outs)
+  else:  # the kernel may couple any elements: every device runs it whole
+    operands = [(None,) * a.ndim for a in in_avals]
+    results = [(None,) * o.ndim for o in outs]
+    result_types = lambda *xs: tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in ctx.avals_out)
+  per_shard = _sharding.ffi_per_shard(target, result_types, **attrs)
+  return _sharding.lower(ctx, args, per_shard, operands, results)
+
+
+compat.register_lowering(numba_call_p, _lowering, "cpu", partitioned=True)
 
 
 def _core_avals(avals, bmasks, nbatch):
@@ -468,16 +512,18 @@ def _cuda_lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
   pkinds = [0 if isinstance(v, float) else 1 for _, v in items] or [-1]
   fparams = [v for _, v in items if isinstance(v, float)] or [0.0]
   iparams = [v for _, v in items if isinstance(v, int)] or [0]
-  return jax.ffi.ffi_lowering(_CUDA_TARGET)(
-      ctx, *args, name=kernel.name, ptx=entry.ptx, entry=entry.entry,
+  # Under sharding each device launches this configuration (that of the whole call) on its
+  # shard: kernels bounds-check their index, so the extra threads do nothing.
+  return _partitioned(ctx, args, kernel, outs, nbatch, bmasks, _CUDA_TARGET, dict(
+      name=kernel.name, ptx=entry.ptx, entry=entry.entry,
       module_id=np.int64(compile_cuda.module_id(entry)), grid=np.asarray(grid, np.int64),
       block=np.asarray(block, np.int64), shared_mem=np.int64(kernel.launch.shared_mem),
       pkinds=np.asarray(pkinds, np.int64), fparams=np.asarray(fparams, np.float64),
       iparams=np.asarray(iparams, np.int64), nbatch=np.int64(nbatch),
-      bmasks=np.asarray(bmasks, np.int64))
+      bmasks=np.asarray(bmasks, np.int64)))
 
 
-compat.register_lowering(numba_call_p, _cuda_lowering, "cuda")
+compat.register_lowering(numba_call_p, _cuda_lowering, "cuda", partitioned=True)
 
 
 def _no_derivative(primals, tangents, *, kernel, **_):

@@ -1,0 +1,84 @@
+"""How every jaxext op partitions under jit sharding (the one mechanism all ops share).
+
+An FFI custom call is opaque to XLA's SPMD partitioner, which would replicate it: gather every
+operand onto every device and compute the whole result everywhere. Each op instead lowers its FFI
+call through `jax.experimental.custom_partitioning` with a Shardy sharding rule built here from a
+per-operand list of *factors*: one name per dimension, equal names for dimensions that must be
+split alike (the op is independent along them), and `None` (or a name starting with "_", to tie
+several such dimensions together) for a dimension that must stay whole (e.g. the limb-darkening
+coefficients). The partitioner then keeps the operands' shardings along
+those factors and runs the same FFI call on each device's shard; `per_shard` computes the result
+types from the shard's shapes.
+
+With one device (or inside shard_map) the call is lowered directly, with no wrapper. Only the
+Shardy partitioner (jax's default) is supported; GSPMD is deprecated in jax and raises there.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+from jax.experimental.custom_partitioning import custom_partitioning
+
+from jaxext import _jax_compat as compat
+
+Factors = tuple  # of str | None, one per dimension
+
+
+def elementwise(ndim: int) -> Factors:
+  """Factors of an element-wise operand: every dimension its own, shared with the others."""
+  return tuple(f"d{i}" for i in range(ndim))
+
+
+def rule(operands: list[Factors], results: list[Factors]) -> tuple[str, tuple[str, ...]]:
+  """(Shardy einsum-like rule, need_replication factors) for the given factors."""
+  fresh = (f"r{i}" for i in itertools.count())
+  replicated = []
+
+  def spec(factors: Factors) -> str:
+    names = []
+    for f in factors:
+      if f is None:
+        f = next(fresh)
+      if f.startswith("_"):
+        f = "r" + f[1:]
+      if f.startswith("r") and f not in replicated:
+        replicated.append(f)
+      names.append(f)
+    return " ".join(names)
+
+  text = ", ".join(spec(f) for f in operands) + " -> " + ", ".join(spec(f) for f in results)
+  return text, tuple(replicated)
+
+
+def _splittable(factors: Factors) -> bool:
+  return any(f is not None and not f.startswith("_") for f in factors)
+
+
+def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors]):
+  """Lowers `per_shard(*args)` (which returns a tuple) so that the partitioner splits it along
+  the named factors; returns the lowering's results."""
+  if not any(_splittable(f) for f in operands):  # nothing may be split: XLA replicates the call
+    return compat.lower_fun(per_shard, multiple_results=True)(ctx, *args)
+  text, need_replication = rule(operands, results)
+
+  @custom_partitioning
+  def call(*xs):
+    return tuple(per_shard(*xs))
+
+  def partition(mesh, arg_shapes, result_shapes):
+    arg_shardings = tuple(a.sharding for a in arg_shapes)
+    result_shardings = tuple(r.sharding for r in result_shapes)
+    return mesh, lambda *xs: tuple(per_shard(*xs)), result_shardings, arg_shardings
+
+  call.def_partition(partition=partition, sharding_rule=text,
+                     need_replication_factors=need_replication)
+  return compat.lower_fun(call, multiple_results=True)(ctx, *args)
+
+
+def ffi_per_shard(target: str, result_types, **attrs):
+  """per_shard for an FFI target: `result_types(*shards)` gives the result ShapeDtypeStructs."""
+  def per_shard(*xs):
+    return jax.ffi.ffi_call(target, tuple(result_types(*xs)))(*xs, **attrs)
+  return per_shard
