@@ -7,19 +7,9 @@
 #include <vector>
 
 #include "jaxext/common/numba_array_abi.h"
+#include "tests/expect.h"
 
 namespace {
-
-int failures = 0;
-
-#define EXPECT_EQ(a, b)                                                                       \
-  do {                                                                                        \
-    const long long va = static_cast<long long>(a), vb = static_cast<long long>(b);           \
-    if (va != vb) {                                                                           \
-      ++failures;                                                                             \
-      std::printf("FAILED %s:%d: %s == %s: %lld != %lld\n", __FILE__, __LINE__, #a, #b, va, vb); \
-    }                                                                                         \
-  } while (0)
 
 void Check(std::vector<int64_t> dims, int64_t itemsize, int64_t nitems,
            std::vector<int64_t> strides) {
@@ -61,15 +51,10 @@ int main() {
   double back;
   std::memcpy(&back, &bits, sizeof back);
   if (back != x) {
-    ++failures;
+    ++jaxext_test::Failures();
     std::printf("FAILED: float slot does not round-trip\n");
   }
   EXPECT_EQ(jaxext::NumbaFloatSlot(1.0), 0x3ff0000000000000LL);
 
-  if (failures) {
-    std::printf("%d failure(s)\n", failures);
-    return 1;
-  }
-  std::printf("all passed\n");
-  return 0;
+  return jaxext_test::ExpectResult();
 }

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "jaxext/common/batch_layout.h"
 #include "jaxext/cpu/parallel.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -33,8 +34,6 @@ NumbaEntry Lookup(int64_t id) {
   auto it = Registry().find(id);
   return it == Registry().end() ? nullptr : it->second;
 }
-
-constexpr int kMaxBatchAxes = 62;
 
 // Elements per parallel chunk: below this a thread hand-off costs more than it saves.
 constexpr int64_t kGrainElements = 1 << 15;
@@ -118,19 +117,17 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
 
   // Per operand: its batch axes (those set in its mask), then the core dimensions the kernel sees.
   std::vector<int64_t> core_shapes;
-  std::vector<int64_t> batch_size(nbatch, 1);
+  BatchLayout batches(nbatch);
   std::vector<Operand> ops(n_ops);
   int64_t max_core = 1;
   for (size_t i = 0; i < n_ops; ++i) {
     auto dims = buffers[i].dimensions();
-    const int64_t mask = bmasks[i];
-    int64_t nb = 0;
-    for (int64_t j = 0; j < nbatch; ++j) nb += (mask >> j) & 1;
-    if (nb > static_cast<int64_t>(dims.size())) {
-      return fail(ffi::ErrorCode::kInvalidArgument, "got an operand with fewer axes than batch axes");
-    }
     Operand& op = ops[i];
     op.width = static_cast<int64_t>(ffi::ByteWidth(buffers[i].element_type()));
+    size_t nb;
+    const std::string bad =
+        batches.Add(dims.begin(), dims.size(), op.width, bmasks[i], &nb, &op.batch_stride);
+    if (!bad.empty()) return fail(ffi::ErrorCode::kInvalidArgument, bad);
     op.core_elements = 1;
     op.first_pos = core_shapes.size();
     for (size_t d = nb; d < dims.size(); ++d) {
@@ -138,30 +135,14 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
       op.core_elements *= dims[d];
     }
     max_core = std::max(max_core, op.core_elements);
-    op.first_dim = static_cast<int64_t>(dims.size()) > nb ? dims[nb] : -1;
+    op.first_dim = dims.size() > nb ? dims[nb] : -1;
     op.first_stride = op.first_dim > 0 ? op.core_elements / op.first_dim * op.width : 0;
-    // Row-major: the stride of the operand's k-th batch axis is the product of all later dims.
-    std::vector<int64_t> own_strides(nb);
-    int64_t stride = op.core_elements * op.width;
-    for (int64_t k = nb - 1; k >= 0; --k) {
-      own_strides[k] = stride;
-      stride *= dims[k];
-    }
-    op.batch_stride.assign(nbatch, 0);
-    for (int64_t j = 0, k = 0; j < nbatch; ++j) {
-      if ((mask >> j) & 1) {
-        op.batch_stride[j] = own_strides[k];
-        if (batch_size[j] != 1 && batch_size[j] != dims[k]) {
-          return fail(ffi::ErrorCode::kInvalidArgument, "got operands that disagree on a batch axis");
-        }
-        batch_size[j] = dims[k];
-        ++k;
-      }
-    }
     op.base = static_cast<char*>(buffers[i].untyped_data());
   }
-  int64_t total = 1;
-  for (int64_t s : batch_size) total *= s;
+  const int64_t total = batches.Count();
+  if (total < 0) {
+    return fail(ffi::ErrorCode::kInvalidArgument, "got a batch axis no operand carries");
+  }
   if (total == 0) return ReadyFuture();
 
   // The chunks may outlive this frame (they run on the pool): they own a copy of the name.
@@ -200,23 +181,15 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
   return ParallelFor(pool, total, grain, [=](int64_t begin, int64_t end) -> ffi::Error {
     std::vector<void*> data(n_ops);
     std::vector<int64_t> index(nbatch, 0);
-    for (int64_t j = nbatch - 1, rest = begin; j >= 0; --j) {  // begin as a multi-index
-      index[j] = rest % batch_size[j];
-      rest /= batch_size[j];
-    }
+    batches.Unravel(begin, index.data());
     for (int64_t step = begin; step < end; ++step) {
       for (size_t i = 0; i < n_ops; ++i) {
-        int64_t offset = 0;
-        for (int64_t j = 0; j < nbatch; ++j) offset += index[j] * ops[i].batch_stride[j];
-        data[i] = ops[i].base + offset;
+        data[i] = ops[i].base + batches.Offset(ops[i].batch_stride, index.data());
       }
       int32_t status = 0;
       entry(data.data(), core_shapes.data(), fp, ip, &status);
       if (status != 0) return KernelRaised(kernel_name);
-      for (int64_t j = nbatch - 1; j >= 0; --j) {  // odometer over the batch axes, last fastest
-        if (++index[j] < batch_size[j]) break;
-        index[j] = 0;
-      }
+      batches.Next(index.data());
     }
     return ffi::Error::Success();
   });

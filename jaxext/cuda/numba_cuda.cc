@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda.h"
+#include "jaxext/common/batch_layout.h"
 #include "jaxext/common/numba_array_abi.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -103,30 +104,51 @@ std::string Prefix(std::string_view name) {
   return "jaxext.numba_cuda_kernel '" + std::string(name) + "': ";
 }
 
-// The kernel's function in the context of `stream`, loading its module on first use there.
-ffi::ErrorOr<CUfunction> GetFunction(CUstream stream, std::string_view name, std::string_view ptx,
-                                     std::string_view entry, int64_t module_id,
-                                     int64_t shared_mem) {
-  const Driver& drv = GetDriver();
-  if (!drv.error.empty()) {
-    return ffi::Unexpected(
-        ffi::Error(ffi::ErrorCode::kFailedPrecondition, Prefix(name) + drv.error));
+// Makes the CUDA context of XLA's stream current on this thread for the object's lifetime
+// (whatever was current before is restored); `error` says why not, if it could not.
+class StreamContext {
+ public:
+  StreamContext(CUstream stream, std::string_view name) : drv_(GetDriver()) {
+    if (!drv_.error.empty()) {
+      error_ = ffi::Error(ffi::ErrorCode::kFailedPrecondition, Prefix(name) + drv_.error);
+    } else if (CUresult r = drv_.stream_get_ctx(stream, &ctx_); r != CUDA_SUCCESS) {
+      error_ = ffi::Error(ffi::ErrorCode::kInternal,
+                          Prefix(name) + "cannot find XLA's CUDA context: " + drv_.Describe(r));
+    } else if ((r = drv_.ctx_push(ctx_)) != CUDA_SUCCESS) {
+      error_ = ffi::Error(ffi::ErrorCode::kInternal,
+                          Prefix(name) + "cuCtxPushCurrent: " + drv_.Describe(r));
+    } else {
+      pushed_ = true;
+    }
   }
-  CUcontext ctx = nullptr;
-  CUresult r = drv.stream_get_ctx(stream, &ctx);
-  if (r != CUDA_SUCCESS) {
-    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal,
-                      Prefix(name) + "cannot find XLA's CUDA context: " + drv.Describe(r)));
+  ~StreamContext() {
+    CUcontext popped;
+    if (pushed_) drv_.ctx_pop(&popped);
   }
+  StreamContext(const StreamContext&) = delete;
+  StreamContext& operator=(const StreamContext&) = delete;
+
+  const Driver& driver() const { return drv_; }
+  CUcontext get() const { return ctx_; }
+  const ffi::Error& error() const { return error_; }
+  bool ok() const { return pushed_; }
+
+ private:
+  const Driver& drv_;
+  CUcontext ctx_ = nullptr;
+  bool pushed_ = false;
+  ffi::Error error_ = ffi::Error::Success();
+};
+
+// The kernel's function in the current context `ctx`, loading its module on first use there.
+ffi::ErrorOr<CUfunction> GetFunction(const StreamContext& ctx, std::string_view name,
+                                     std::string_view ptx, std::string_view entry,
+                                     int64_t module_id, int64_t shared_mem) {
+  const Driver& drv = ctx.driver();
   std::lock_guard<std::mutex> lock(CacheMutex());
-  auto it = Cache().find({ctx, module_id, shared_mem});
+  auto it = Cache().find({ctx.get(), module_id, shared_mem});
   if (it != Cache().end()) return it->second;
 
-  r = drv.ctx_push(ctx);
-  if (r != CUDA_SUCCESS) {
-    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal,
-                                      Prefix(name) + "cuCtxPushCurrent: " + drv.Describe(r)));
-  }
   const std::string ptx_z(ptx);  // the driver wants a NUL-terminated image
   const std::string entry_z(entry);
   char log[4096] = {0};
@@ -135,7 +157,7 @@ ffi::ErrorOr<CUfunction> GetFunction(CUstream stream, std::string_view name, std
   CUmodule module = nullptr;
   CUfunction fn = nullptr;
   std::string error;
-  r = drv.module_load(&module, ptx_z.c_str(), 2, options, values);
+  CUresult r = drv.module_load(&module, ptx_z.c_str(), 2, options, values);
   if (r != CUDA_SUCCESS) {
     error = "loading its PTX failed: " + drv.Describe(r) + (log[0] ? std::string(": ") + log : "");
   } else if ((r = drv.module_get_function(&fn, module, entry_z.c_str())) != CUDA_SUCCESS) {
@@ -146,23 +168,21 @@ ffi::ErrorOr<CUfunction> GetFunction(CUstream stream, std::string_view name, std
     error = "cannot grant " + std::to_string(shared_mem) + " bytes of shared memory: " +
             drv.Describe(r);
   }
-  CUcontext popped;
-  drv.ctx_pop(&popped);
   if (!error.empty()) {
     return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal, Prefix(name) + error));
   }
-  Cache().emplace(ModuleKey{ctx, module_id, shared_mem}, fn);
+  Cache().emplace(ModuleKey{ctx.get(), module_id, shared_mem}, fn);
   return fn;
 }
-
-constexpr int kMaxBatchAxes = 62;
 
 ffi::Error InitializeImpl(CUstream stream, ffi::RemainingArgs, ffi::RemainingRets,
                           std::string_view name, std::string_view ptx, std::string_view entry,
                           int64_t module_id, ffi::Span<const int64_t>, ffi::Span<const int64_t>,
                           int64_t shared_mem, ffi::Span<const int64_t>, ffi::Span<const double>,
                           ffi::Span<const int64_t>, int64_t, ffi::Span<const int64_t>) {
-  auto fn = GetFunction(stream, name, ptx, entry, module_id, shared_mem);
+  StreamContext ctx(stream, name);
+  if (!ctx.ok()) return ctx.error();
+  auto fn = GetFunction(ctx, name, ptx, entry, module_id, shared_mem);
   return fn.has_value() ? ffi::Error::Success() : fn.error();
 }
 
@@ -192,8 +212,8 @@ ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
   std::vector<int64_t> slots;
   std::vector<size_t> data_slot(n_ops);
   std::vector<char*> base(n_ops);
-  std::vector<std::vector<int64_t>> batch_stride(n_ops, std::vector<int64_t>(nbatch, 0));
-  std::vector<int64_t> batch_size(nbatch, -1);  // -1: not seen yet
+  std::vector<std::vector<int64_t>> batch_stride(n_ops);
+  BatchLayout batches(nbatch);
   bool all_results_empty = rets.size() > 0;
   for (size_t i = 0; i < n_ops; ++i) {
     auto got = [&]() -> ffi::ErrorOr<ffi::AnyBuffer> {  // operand i: arguments, then results
@@ -205,30 +225,12 @@ ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
     if (!got.has_value()) return got.error();
     const ffi::AnyBuffer buffer = *got;
     auto dims = buffer.dimensions();
-    const int64_t mask = bmasks[i];
-    int64_t nb = 0;
-    for (int64_t j = 0; j < nbatch; ++j) nb += (mask >> j) & 1;
-    if (nb > static_cast<int64_t>(dims.size())) return invalid("got fewer axes than batch axes");
     const int64_t width = static_cast<int64_t>(ffi::ByteWidth(buffer.element_type()));
+    size_t nb;
+    const std::string bad =
+        batches.Add(dims.begin(), dims.size(), width, bmasks[i], &nb, &batch_stride[i]);
+    if (!bad.empty()) return invalid(bad);
     const size_t rank = dims.size() - nb;
-    int64_t core_bytes = width;
-    for (size_t d = nb; d < dims.size(); ++d) core_bytes *= dims[d];
-    std::vector<int64_t> own_strides(nb);
-    int64_t stride = core_bytes;
-    for (int64_t k = nb - 1; k >= 0; --k) {
-      own_strides[k] = stride;
-      stride *= dims[k];
-    }
-    for (int64_t j = 0, k = 0; j < nbatch; ++j) {
-      if ((mask >> j) & 1) {
-        batch_stride[i][j] = own_strides[k];
-        if (batch_size[j] != -1 && batch_size[j] != dims[k]) {
-          return invalid("got operands that disagree on a batch axis");
-        }
-        batch_size[j] = dims[k];
-        ++k;
-      }
-    }
     if (i >= n_args && buffer.element_count() > 0) all_results_empty = false;
     base[i] = static_cast<char*>(buffer.untyped_data());
     const size_t at = slots.size();
@@ -247,38 +249,20 @@ ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
     }
   }
 
-  int64_t total = 1;
-  for (int64_t s : batch_size) {
-    if (s < 0) return invalid("got a batch axis no operand carries");
-    total *= s;
-  }
+  const int64_t total = batches.Count();
+  if (total < 0) return invalid("got a batch axis no operand carries");
   // Nothing to launch: no batch slice, an empty grid, or no output element to write (a kernel
   // could only read its possibly empty inputs out of bounds).
   const bool empty_launch = grid[0] * grid[1] * grid[2] == 0 || block[0] * block[1] * block[2] == 0;
   if (total == 0 || empty_launch || all_results_empty) return ffi::Error::Success();
 
-  auto fn = GetFunction(stream, name, ptx, entry, module_id, shared_mem);
+  StreamContext ctx(stream, name);  // launch in the stream's context, whatever is current here
+  if (!ctx.ok()) return ctx.error();
+  auto fn = GetFunction(ctx, name, ptx, entry, module_id, shared_mem);
   if (!fn.has_value()) return fn.error();
   std::vector<void*> argv(slots.size());
   for (size_t k = 0; k < slots.size(); ++k) argv[k] = &slots[k];
-  const Driver& drv = GetDriver();
-  // Launch in the stream's context, whatever is current on this thread.
-  CUcontext ctx = nullptr;
-  if (CUresult r = drv.stream_get_ctx(stream, &ctx); r != CUDA_SUCCESS) {
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      Prefix(name) + "cuStreamGetCtx: " + drv.Describe(r));
-  }
-  if (CUresult r = drv.ctx_push(ctx); r != CUDA_SUCCESS) {
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      Prefix(name) + "cuCtxPushCurrent: " + drv.Describe(r));
-  }
-  struct PopOnExit {
-    const Driver& drv;
-    ~PopOnExit() {
-      CUcontext popped;
-      drv.ctx_pop(&popped);
-    }
-  } pop_on_exit{drv};
+  const Driver& drv = ctx.driver();
 
   // One launch per batch slice (vmap="sequential"): the kernel sees one slice, as unbatched.
   // cuLaunchKernel copies the parameters at the call, so the slots are rewritten in place.
@@ -286,9 +270,8 @@ ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
   for (int64_t t = 0; t < total; ++t) {
     if (nbatch > 0) {
       for (size_t i = 0; i < n_ops; ++i) {
-        int64_t offset = 0;
-        for (int64_t j = 0; j < nbatch; ++j) offset += index[j] * batch_stride[i][j];
-        SetNumbaArrayData(&slots[data_slot[i] - kNumbaArrayDataSlot], base[i] + offset);
+        SetNumbaArrayData(&slots[data_slot[i] - kNumbaArrayDataSlot],
+                          base[i] + batches.Offset(batch_stride[i], index.data()));
       }
     }
     CUresult r = drv.launch(*fn, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
@@ -299,10 +282,7 @@ ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
       return ffi::Error(ffi::ErrorCode::kInternal,
                         Prefix(name) + "kernel launch failed: " + drv.Describe(r));
     }
-    for (int64_t j = nbatch - 1; j >= 0; --j) {  // next batch index, last axis fastest
-      if (++index[j] < batch_size[j]) break;
-      index[j] = 0;
-    }
+    batches.Next(index.data());
   }
   return ffi::Error::Success();
 }
