@@ -26,18 +26,23 @@ from jaxext.version import __version__
 _ffi.register_all()
 
 
+def _numba_bridge(what: str, extra: str):
+  """jaxext.numba_bridge.kernel, imported on first use (Numba is an optional dependency)."""
+  try:
+    from jaxext.numba_bridge import kernel
+  except ImportError as err:
+    raise ImportError(f"jaxext.{what} needs Numba, which is not importable ({err}); "
+                      f"install it with: pip install 'jaxext[{extra}]'") from err
+  return kernel
+
+
 def numba_kernel(outputs, **options):
   """Decorator: a Numba-compatible function as a JAX operation (jaxext.numba_bridge.kernel).
 
   Needs Numba (`pip install 'jaxext[numba]'`), imported on first use: the rest of jaxext works
   without it.
   """
-  try:
-    from jaxext.numba_bridge import kernel
-  except ImportError as err:
-    raise ImportError(f"jaxext.numba_kernel needs Numba, which is not importable ({err}); "
-                      "install it with: pip install 'jaxext[numba]'") from err
-  return kernel.numba_kernel(outputs, **options)
+  return _numba_bridge("numba_kernel", "numba").numba_kernel(outputs, **options)
 
 
 def numba_cuda_kernel(outputs, **options):
@@ -46,12 +51,7 @@ def numba_cuda_kernel(outputs, **options):
 
   Needs Numba and numba-cuda (`pip install 'jaxext[numba-cuda]'`), imported on first use.
   """
-  try:
-    from jaxext.numba_bridge import kernel
-  except ImportError as err:
-    raise ImportError(f"jaxext.numba_cuda_kernel needs Numba, which is not importable ({err}); "
-                      "install it with: pip install 'jaxext[numba-cuda]'") from err
-  return kernel.numba_cuda_kernel(outputs, **options)
+  return _numba_bridge("numba_cuda_kernel", "numba-cuda").numba_cuda_kernel(outputs, **options)
 
 
 __all__ = [

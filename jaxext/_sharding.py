@@ -6,8 +6,7 @@ call through `jax.experimental.custom_partitioning` with a Shardy sharding rule 
 per-operand list of *factors*: one name per dimension, equal names for dimensions that must be
 split alike (the op is independent along them), and `None` (or a name starting with "_", to tie
 several such dimensions together) for a dimension that must stay whole (e.g. the limb-darkening
-coefficients). The partitioner then keeps the operands' shardings along
-those factors and runs the same FFI call on each device's shard; `per_shard` computes the result
+coefficients). The partitioner then keeps the operands' shardings along those factors and runs the same FFI call on each device's shard; `per_shard` computes the result
 types from the shard's shapes.
 
 With one device (or inside shard_map) the call is lowered directly, with no wrapper. Only the
@@ -15,8 +14,6 @@ Shardy partitioner (jax's default) is supported; GSPMD is deprecated in jax and 
 """
 
 from __future__ import annotations
-
-import itertools
 
 import jax
 from jax.experimental.custom_partitioning import custom_partitioning
@@ -31,29 +28,36 @@ def elementwise(ndim: int) -> Factors:
   return tuple(f"d{i}" for i in range(ndim))
 
 
+def _replicated(factor) -> bool:
+  return factor is None or factor.startswith("_")
+
+
 def rule(operands: list[Factors], results: list[Factors]) -> tuple[str, tuple[str, ...]]:
-  """(Shardy einsum-like rule, need_replication factors) for the given factors."""
-  fresh = (f"r{i}" for i in itertools.count())
-  replicated = []
+  """(Shardy einsum-like rule, need_replication factors) for the given factors. Splittable
+  factors are named by the caller (lowercase first letter); replicated ones become R0, R1, ..."""
+  replicated: list[str] = []
+  tied: dict[str, str] = {}  # "_name" -> its factor
 
-  def spec(factors: Factors) -> str:
-    names = []
-    for f in factors:
-      if f is None:
-        f = next(fresh)
-      if f.startswith("_"):
-        f = "r" + f[1:]
-      if f.startswith("r") and f not in replicated:
-        replicated.append(f)
-      names.append(f)
-    return " ".join(names)
+  def name(f) -> str:
+    if not _replicated(f):
+      if not f[:1].islower():
+        raise ValueError(f"jaxext._sharding: factor names start with a lowercase letter; got {f!r}")
+      return f
+    if f in tied:
+      return tied[f]
+    n = f"R{len(replicated)}"
+    replicated.append(n)
+    if f is not None:
+      tied[f] = n
+    return n
 
+  spec = lambda factors: " ".join(name(f) for f in factors)
   text = ", ".join(spec(f) for f in operands) + " -> " + ", ".join(spec(f) for f in results)
   return text, tuple(replicated)
 
 
 def _splittable(factors: Factors) -> bool:
-  return any(f is not None and not f.startswith("_") for f in factors)
+  return not all(_replicated(f) for f in factors)
 
 
 def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors]):
@@ -63,15 +67,15 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors])
     return compat.lower_fun(per_shard, multiple_results=True)(ctx, *args)
   text, need_replication = rule(operands, results)
 
-  @custom_partitioning
-  def call(*xs):
+  def run(*xs):
     return tuple(per_shard(*xs))
 
   def partition(mesh, arg_shapes, result_shapes):
     arg_shardings = tuple(a.sharding for a in arg_shapes)
     result_shardings = tuple(r.sharding for r in result_shapes)
-    return mesh, lambda *xs: tuple(per_shard(*xs)), result_shardings, arg_shardings
+    return mesh, run, result_shardings, arg_shardings
 
+  call = custom_partitioning(run)
   call.def_partition(partition=partition, sharding_rule=text,
                      need_replication_factors=need_replication)
   return compat.lower_fun(call, multiple_results=True)(ctx, *args)

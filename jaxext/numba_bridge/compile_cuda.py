@@ -165,10 +165,12 @@ def _cache_path(kernel_id: int) -> str | None:
 
 def _read_cache(kernel_id: int) -> str | None:
   path = _cache_path(kernel_id)
+  if path is None:
+    return None
   try:
     with open(path) as f:
       ptx = f.read()
-  except (OSError, TypeError):
+  except OSError:
     return None
   # A partial or foreign file is ignored (recompiled and rewritten).
   return ptx[:-len(_COMPLETE)] if ptx.endswith(_COMPLETE) else None

@@ -371,9 +371,14 @@ def _as_tuple(x):
   return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
+def _batch_rank(mask) -> int:
+  """How many leading axes of an operand are batch axes (the bits set in its batch mask)."""
+  return bin(mask).count("1")
+
+
 def _signature(in_avals, bmasks, out_avals, items):
   n_in = len(in_avals)
-  args = tuple((np.dtype(a.dtype).name, a.ndim - bin(m).count("1"))
+  args = tuple((np.dtype(a.dtype).name, a.ndim - _batch_rank(m))
                for a, m in zip(in_avals, bmasks[:n_in]))
   results = tuple((np.dtype(a.dtype).name, a.ndim) for a in out_avals)
   params = tuple("f" if isinstance(v, float) else "i" for _, v in items)
@@ -438,13 +443,18 @@ def _lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
   entry = kernel.entry(_signature(ctx.avals_in, bmasks, outs, items))
   from jaxext.cpu import _cpu_ops
   _cpu_ops.register_numba_kernel(entry.kernel_id, entry.address)
-  fparams = [v for _, v in items if isinstance(v, float)] or [0.0]
-  iparams = [v for _, v in items if isinstance(v, int)] or [0]
   return _partitioned(ctx, args, kernel, outs, nbatch, bmasks, _TARGET, dict(
-      kernel_id=np.int64(entry.kernel_id), name=kernel.name,
-      fparams=np.asarray(fparams, np.float64), iparams=np.asarray(iparams, np.int64),
+      kernel_id=np.int64(entry.kernel_id), name=kernel.name, **_param_attrs(items),
       nbatch=np.int64(nbatch), bmasks=np.asarray(bmasks, np.int64),
       split=np.int64(kernel.vmap == "elementwise")))
+
+
+def _param_attrs(items):
+  """The static parameters as FFI attributes: floats and ints apart, in order (each padded with
+  one placeholder when empty: the handlers read them as non-empty arrays)."""
+  fparams = [v for _, v in items if isinstance(v, float)] or [0.0]
+  iparams = [v for _, v in items if isinstance(v, int)] or [0]
+  return dict(fparams=np.asarray(fparams, np.float64), iparams=np.asarray(iparams, np.int64))
 
 
 def _partitioned(ctx, args, kernel, outs, nbatch, bmasks, target, attrs):
@@ -455,26 +465,18 @@ def _partitioned(ctx, args, kernel, outs, nbatch, bmasks, target, attrs):
   n_in = len(in_avals)
   masks = [int(m) for m in bmasks]
 
-  def batch_positions(mask):  # batch axis j -> the operand's dimension holding it
-    return {j: bin(mask & ((1 << j) - 1)).count("1") for j in range(nbatch) if (mask >> j) & 1}
-
   elementwise = (nbatch == 0 and kernel.vmap == "elementwise" and n_in > 0
                  and all(a.ndim >= 1 for a in in_avals) and all(o.ndim >= 1 for o in outs)
                  and len({a.shape[0] for a in in_avals} | {o.shape[0] for o in outs}) == 1)
   if nbatch > 0:
-    def factors(ndim, mask):
-      pos = batch_positions(mask)
-      lead = [f"b{j}" for j in sorted(pos)]
-      return tuple(lead) + (None,) * (ndim - len(lead))
+    def factors(ndim, mask):  # an operand's batch axes lead its dimensions, in axis order
+      lead = tuple(f"b{j}" for j in range(nbatch) if (mask >> j) & 1)
+      return lead + (None,) * (ndim - len(lead))
     operands = [factors(a.ndim, m) for a, m in zip(in_avals, masks[:n_in])]
-    results = [tuple(f"b{j}" for j in range(nbatch)) + (None,) * o.ndim for o in outs]
+    results = [factors(nbatch + o.ndim, (1 << nbatch) - 1) for o in outs]
 
     def result_types(*xs):
-      sizes = {}
-      for x, m in zip(xs, masks[:n_in]):
-        for j, d in batch_positions(m).items():
-          sizes[j] = x.shape[d]
-      batch = tuple(sizes[j] for j in range(nbatch))
+      batch = _batch_shape(xs, masks[:n_in], nbatch)
       return tuple(jax.ShapeDtypeStruct(batch + o.shape, o.dtype) for o in outs)
   elif elementwise:
     operands = [("d0",) + (None,) * (a.ndim - 1) for a in in_avals]
@@ -493,13 +495,9 @@ def _partitioned(ctx, args, kernel, outs, nbatch, bmasks, target, attrs):
 compat.register_lowering(numba_call_p, _lowering, "cpu", partitioned=True)
 
 
-def _core_avals(avals, bmasks, nbatch):
+def _core_avals(avals, bmasks):
   """The operands as one batch slice sees them (their batch axes dropped)."""
-  out = []
-  for a, m in zip(avals, bmasks):
-    nb = bin(m & ((1 << nbatch) - 1)).count("1")
-    out.append(jax.core.ShapedArray(a.shape[nb:], a.dtype))
-  return out
+  return [jax.core.ShapedArray(a.shape[_batch_rank(m):], a.dtype) for a, m in zip(avals, bmasks)]
 
 
 def _cuda_lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
@@ -508,18 +506,15 @@ def _cuda_lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
   _ffi.register_all()  # registers the CUDA handler when this build has it (else XLA says so)
   from jaxext.numba_bridge import compile_cuda
   entry = kernel.cuda_entry(_signature(ctx.avals_in, bmasks, outs, items))
-  grid, block = kernel.launch_dims(_core_avals(ctx.avals_in, bmasks, nbatch), outs, items)
+  grid, block = kernel.launch_dims(_core_avals(ctx.avals_in, bmasks), outs, items)
   pkinds = [0 if isinstance(v, float) else 1 for _, v in items] or [-1]
-  fparams = [v for _, v in items if isinstance(v, float)] or [0.0]
-  iparams = [v for _, v in items if isinstance(v, int)] or [0]
   # Under sharding each device launches this configuration (that of the whole call) on its
   # shard: kernels bounds-check their index, so the extra threads do nothing.
   return _partitioned(ctx, args, kernel, outs, nbatch, bmasks, _CUDA_TARGET, dict(
       name=kernel.name, ptx=entry.ptx, entry=entry.entry,
       module_id=np.int64(compile_cuda.module_id(entry)), grid=np.asarray(grid, np.int64),
       block=np.asarray(block, np.int64), shared_mem=np.int64(kernel.launch.shared_mem),
-      pkinds=np.asarray(pkinds, np.int64), fparams=np.asarray(fparams, np.float64),
-      iparams=np.asarray(iparams, np.int64), nbatch=np.int64(nbatch),
+      pkinds=np.asarray(pkinds, np.int64), **_param_attrs(items), nbatch=np.int64(nbatch),
       bmasks=np.asarray(bmasks, np.int64)))
 
 
