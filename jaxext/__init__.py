@@ -15,9 +15,12 @@
         i = numba.cuda.grid(1)
         if i < x.shape[0]:
             out[i] = 2 * x[i]
+
+    sol = jaxext.ode.dop853(jaxext.ode.models.earth(j2=True), y0, (0.0, 86400.0))  # many orbits
 """
 
 from jaxext import _ffi
+from jaxext import ode
 from jaxext.kepler import kepler, kepler_p
 from jaxext.limbdark import limb_dark_flux, limbdark_p, quadratic_limb_dark_flux
 from jaxext.transit import sky_separation, transit_light_curve
@@ -62,6 +65,7 @@ __all__ = [
     "limbdark_p",
     "numba_cuda_kernel",
     "numba_kernel",
+    "ode",
     "quadratic_limb_dark_flux",
     "sky_separation",
     "transit_light_curve",

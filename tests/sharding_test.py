@@ -178,3 +178,25 @@ def test_numba_sequential_kernel_runs_whole_when_sharded(mesh1):
   x = np.random.default_rng(7).normal(size=1024)
   z = jax.jit(_prefix_sum)(jax.device_put(x, NamedSharding(mesh1, P("x"))))
   np.testing.assert_allclose(np.asarray(z), np.cumsum(x), rtol=1e-12)
+
+
+def test_dop853_splits_trajectories(mesh1):
+  from jaxext import ode
+  rng = np.random.default_rng(7)
+  alt = rng.uniform(300, 2000, 16)
+  r = ode.models.EARTH_RADIUS + alt
+  v = np.sqrt(ode.models.EARTH_MU / r)
+  inc = rng.uniform(0, np.pi, 16)
+  y0 = np.stack([r, 0 * r, 0 * r, 0 * r, v * np.cos(inc), v * np.sin(inc)], axis=1)
+  b = rng.uniform(0.005, 0.02, (16, 1))
+  te = np.linspace(0.0, 3600.0, 5)
+  model = ode.models.earth(j2=True, drag=True)
+  run = lambda y, p: ode.dop853(model, y, (0.0, 3600.0), p, t_eval=te, rtol=1e-9, atol=1e-9,
+                                events=[ode.models.altitude_event(100.0)])
+  sh = NamedSharding(mesh1, P("x"))
+  sol = _assert_local(run, jax.device_put(y0, sh), jax.device_put(b, sh))
+  ref = run(y0, b)
+  for got, want in zip(sol, ref):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  assert sol.ys.sharding.is_equivalent_to(NamedSharding(mesh1, P("x", None, None)), 3)
+  assert sol.status.sharding.is_equivalent_to(sh, 1)

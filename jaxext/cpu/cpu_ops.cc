@@ -2,6 +2,7 @@
 #include "jaxext/cpu/kepler_cpu.h"
 #include "jaxext/cpu/limbdark_cpu.h"
 #include "jaxext/cpu/numba_cpu.h"
+#include "jaxext/cpu/ode_cpu.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
 #include "jaxext/common/ffi_helpers.h"
@@ -22,6 +23,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
     d["jaxext_limbdark_grad_f64"] =
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF64);
     d["jaxext_numba_call"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextNumbaCallCpu);
+    d["jaxext_dop853"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextDop853Cpu);
     return d;
   });
   // jaxext.numba_kernel: the entry point of a compiled kernel, by content id (see numba_cpu.h).
@@ -32,5 +34,13 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::cpu::RegisterNumbaKernel(id, reinterpret_cast<jaxext::cpu::NumbaEntry>(address));
       },
       py::arg("kernel_id"), py::arg("address"));
+  // jaxext.ode: a Numba-compiled right-hand side or event function, by content id (ode_cpu.h).
+  m.def(
+      "register_ode_function",
+      [](int64_t id, uintptr_t address) {
+        if (address == 0) throw py::value_error("null ODE function address");
+        jaxext::cpu::RegisterOdeFunction(id, address);
+      },
+      py::arg("function_id"), py::arg("address"));
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 }

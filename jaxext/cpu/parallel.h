@@ -7,6 +7,8 @@
 #define JAXEXT_CPU_PARALLEL_H_
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -56,6 +58,42 @@ xla::ffi::Future ParallelFor(xla::ffi::ThreadPool& pool, int64_t n, int64_t grai
     pool.Schedule([run, begin, end, done]() mutable { done.CountDown(1, run(begin, end)); });
   }
   done.CountDown(1, run((chunks - 1) * step, n));
+  return xla::ffi::Future(done);
+}
+
+// Runs fn(begin, end) over [0, n) in blocks of `block` indices handed out on demand: for work whose
+// cost varies a lot between indices (one ODE trajectory per index), no thread waits on another's
+// static share. The calling thread works too; at most threads + 1 workers.
+template <typename F>
+xla::ffi::Future ParallelForDynamic(xla::ffi::ThreadPool& pool, int64_t n, int64_t block, F fn) {
+  block = std::max<int64_t>(1, block);
+  const int64_t blocks = (n + block - 1) / block;
+  const int64_t workers = std::min<int64_t>(pool.num_threads() + 1, blocks);
+  auto next = std::make_shared<std::atomic<int64_t>>(0);
+  auto work = [fn, next, n, block]() mutable -> xla::ffi::Error {
+    xla::ffi::Error first = xla::ffi::Error::Success();
+    for (;;) {
+      const int64_t begin = next->fetch_add(block);
+      if (begin >= n) break;
+      xla::ffi::Error err = xla::ffi::Error::Success();
+      if constexpr (std::is_same_v<std::invoke_result_t<F&, int64_t, int64_t>, xla::ffi::Error>) {
+        err = fn(begin, std::min(n, begin + block));
+      } else {
+        fn(begin, std::min(n, begin + block));
+      }
+      if (err.failure() && !first.failure()) first = std::move(err);
+    }
+    return first;
+  };
+  if (workers <= 1) {
+    xla::ffi::Error err = work();
+    return err.failure() ? ErrorFuture(std::move(err)) : ReadyFuture();
+  }
+  xla::ffi::CountDownPromise done(workers);
+  for (int64_t w = 0; w + 1 < workers; ++w) {
+    pool.Schedule([work, done]() mutable { done.CountDown(1, work()); });
+  }
+  done.CountDown(1, work());
   return xla::ffi::Future(done);
 }
 

@@ -5,10 +5,14 @@
 
 #if defined(__CUDACC__)
 #define JAXEXT_HD __host__ __device__ __forceinline__
+#define JAXEXT_HD_FUNC __host__ __device__ inline
 #define JAXEXT_UNROLL _Pragma("unroll")
+#define JAXEXT_UNROLL_ALL _Pragma("unroll")
 #else
 #define JAXEXT_HD inline __attribute__((always_inline))
+#define JAXEXT_HD_FUNC inline  // larger functions: the compiler decides
 #define JAXEXT_UNROLL _Pragma("GCC unroll 4")
+#define JAXEXT_UNROLL_ALL _Pragma("GCC unroll 16")
 #endif
 
 #endif  // JAXEXT_KERNELS_PLATFORM_H_

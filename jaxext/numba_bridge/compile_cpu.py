@@ -214,24 +214,34 @@ def _load_wrapper_module(kernel_id: int, source: str, env: dict):
 
 def compile_cpu(fn, name: str, signature: Signature, *, boundscheck: bool = False) -> CpuEntry:
   """Compiles `fn` for `signature` (once per process; machine code cached on disk)."""
-  options = (("boundscheck", bool(boundscheck)),)
-  kernel_id = content_id(fn, signature, options)
+  return compile_entry(fn, name, key=signature, source=_wrapper_source(signature),
+                       entry_type=_ENTRY_TYPE, boundscheck=boundscheck,
+                       what=f"jaxext.numba_kernel '{name}'", describe=signature.describe())
+
+
+def compile_entry(fn, name: str, *, key, source: str, entry_type, env=None,
+                  boundscheck: bool = False, what: str, describe: str) -> CpuEntry:
+  """Compiles `fn` behind a generated cfunc wrapper (`source` defines `jaxext_entry`, which calls
+  the user's function as `kernel`) of Numba type `entry_type`. `key` (any repr-able value) is what
+  the compilation depends on beside `fn`; `env` adds globals to the wrapper's module. Once per
+  process and content id; machine code cached on disk. Other users: jaxext.ode's right-hand sides.
+  """
+  options = (("boundscheck", bool(boundscheck)), ("entry", source))
+  kernel_id = content_id(fn, key, options)
   with _lock:
     entry = _entries.get(kernel_id)
     if entry is not None:
       return entry
     py_func = fn.py_func if isinstance(fn, numba.core.dispatcher.Dispatcher) else fn
     kernel = numba.njit(nogil=True, boundscheck=boundscheck)(py_func)
-    env = {"carray": numba.carray, "kernel": kernel}
-    env.update({f"DTYPE_{k}": v for k, v in DTYPES.items()})
-    source = _wrapper_source(signature)
-    wrapper, in_file = _load_wrapper_module(kernel_id, source, env)
+    module_env = {"carray": numba.carray, "kernel": kernel}
+    module_env.update({f"DTYPE_{k}": v for k, v in DTYPES.items()})
+    module_env.update(env or {})
+    wrapper, in_file = _load_wrapper_module(kernel_id, source, module_env)
     try:
-      cf = numba.cfunc(_ENTRY_TYPE, nopython=True, cache=in_file)(wrapper)
+      cf = numba.cfunc(entry_type, nopython=True, cache=in_file)(wrapper)
     except numba.core.errors.NumbaError as err:
-      raise TypeError(
-          f"jaxext.numba_kernel '{name}': Numba cannot compile it for {signature.describe()}:\n"
-          f"{err}") from None
-    entry = CpuEntry(kernel_id=kernel_id, address=cf.address, signature=signature, cfunc=cf)
+      raise TypeError(f"{what}: Numba cannot compile it for {describe}:\n{err}") from None
+    entry = CpuEntry(kernel_id=kernel_id, address=cf.address, signature=key, cfunc=cf)
     _entries[kernel_id] = entry
     return entry

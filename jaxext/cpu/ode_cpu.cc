@@ -1,0 +1,322 @@
+#include "jaxext/cpu/ode_cpu.h"
+
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "jaxext/cpu/parallel.h"
+#include "jaxext/kernels/dop853.h"
+#include "jaxext/kernels/orbit.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxext {
+namespace cpu {
+namespace {
+
+std::shared_mutex& RegistryMutex() {
+  static auto* mu = new std::shared_mutex;
+  return *mu;
+}
+
+std::unordered_map<int64_t, uintptr_t>& Registry() {
+  static auto* registry = new std::unordered_map<int64_t, uintptr_t>;
+  return *registry;
+}
+
+uintptr_t Lookup(int64_t id) {
+  std::shared_lock<std::shared_mutex> lock(RegistryMutex());
+  auto it = Registry().find(id);
+  return it == Registry().end() ? 0 : it->second;
+}
+
+template <typename T>
+using NativeRhs = void (*)(T, const T*, const T*, T*, int32_t*);
+template <typename T>
+using NativeEvent = T (*)(T, const T*, const T*, int32_t*);
+
+template <typename T>
+struct ModelRhs {
+  const orbit::Model<T>* model;
+  const T* p;
+  bool operator()(T t, const T* y, T* dydt) const {
+    (*model)(t, y, p, dydt);
+    return true;
+  }
+};
+
+template <typename T>
+struct UserRhs {
+  NativeRhs<T> fn;
+  const T* p;
+  bool operator()(T t, const T* y, T* dydt) const {
+    int32_t status = 0;
+    fn(t, y, p, dydt, &status);
+    return status == 0;
+  }
+};
+
+template <typename T>
+struct EventSet {
+  int count = 0;
+  const int64_t* kinds;
+  const double* consts;
+  const int64_t* directions;
+  const int64_t* terminal;
+  NativeEvent<T> fns[dop853::kMaxEvents];
+  const T* p = nullptr;
+
+  int size() const { return count; }
+  int direction(int e) const { return static_cast<int>(directions[e]); }
+  int64_t max_count(int e) const { return terminal[e]; }
+  bool value(int e, T t, const T* y, T* g) const {
+    if (kinds[e] == 0) {
+      *g = std::sqrt(y[0] * y[0] + y[1] * y[1] + y[2] * y[2]) - T(consts[e]);
+      return true;
+    }
+    int32_t status = 0;
+    *g = fns[e](t, y, p, &status);
+    return status == 0;
+  }
+};
+
+ffi::Error Invalid(std::string message) {
+  return ffi::Error::InvalidArgument("jaxext.ode.dop853: " + message);
+}
+
+struct Attrs {
+  int64_t rhs_id;
+  std::string_view name;
+  ffi::Span<const double> model, rtol, atol;
+  double first_step, max_step;
+  int64_t max_steps, n_events;
+  ffi::Span<const int64_t> event_kinds, event_ids;
+  ffi::Span<const double> event_consts;
+  ffi::Span<const int64_t> event_directions, event_terminal;
+};
+
+template <typename T, typename Rhs>
+ffi::Error RunRange(int64_t begin, int64_t end, const Attrs& a, const orbit::Model<T>* model,
+                    NativeRhs<T> user, const EventSet<T>& events_proto, int64_t n, int64_t np,
+                    int64_t m, int64_t kslots, const T* y0, const T* params, const T* span,
+                    const T* t_eval, T* ys, T* t_final, T* y_final, int32_t* stats, T* t_events,
+                    T* y_events, int32_t* counts) {
+  const int64_t n_events = events_proto.count;
+  std::vector<T> work(dop853::WorkspaceSize(n));
+  std::vector<T> tol(2 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    tol[i] = T(a.rtol[i]);
+    tol[n + i] = T(a.atol[i]);
+  }
+  const dop853::Settings<T> settings{tol.data(), tol.data() + n, T(a.first_step), T(a.max_step),
+                                     a.max_steps};
+  for (int64_t j = begin; j < end; ++j) {
+    const T* p = params + j * np;
+    Rhs rhs;
+    if constexpr (std::is_same_v<Rhs, ModelRhs<T>>) {
+      rhs = Rhs{model, p};
+    } else {
+      rhs = Rhs{user, p};
+    }
+    EventSet<T> events = events_proto;
+    events.p = p;
+    dop853::Outputs<T> out{t_eval,
+                           m,
+                           ys + j * m * n,
+                           kslots,
+                           t_events + j * n_events * kslots,
+                           y_events + j * n_events * kslots * n,
+                           counts + j * n_events,
+                           t_final + j,
+                           y_final + j * n,
+                           stats + j * 4};
+    dop853::Integrator<T, Rhs, EventSet<T>> integrator(rhs, events, static_cast<int>(n),
+                                                       static_cast<int>(n), settings, work.data());
+    bool params_finite = true;
+    for (int64_t k = 0; k < np; ++k) params_finite = params_finite && dop853::Finite(p[k]);
+    const int32_t status =
+        integrator.Run(span[2 * j], span[2 * j + 1], y0 + j * n, params_finite, out);
+    if (status == dop853::kCallbackFailed) {
+      return ffi::Error(ffi::ErrorCode::kInternal,
+                        "jaxext.ode.dop853: the user function of '" + std::string(a.name) +
+                            "' raised an exception (trajectory " + std::to_string(j) +
+                            "; Numba's nopython mode does not say which: call the Python "
+                            "function on NumPy arrays to see it)");
+    }
+  }
+  return ffi::Error::Success();
+}
+
+template <typename T>
+ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer params,
+                        ffi::AnyBuffer t_span, ffi::AnyBuffer t_eval, ffi::Result<ffi::AnyBuffer> ys,
+                        ffi::Result<ffi::AnyBuffer> t_final, ffi::Result<ffi::AnyBuffer> y_final,
+                        ffi::Result<ffi::AnyBuffer> stats, ffi::Result<ffi::AnyBuffer> t_events,
+                        ffi::Result<ffi::AnyBuffer> y_events,
+                        ffi::Result<ffi::AnyBuffer> event_counts, const Attrs& a) {
+  auto dims = y0.dimensions();
+  if (dims.size() != 2) return ErrorFuture(Invalid("y0 must have rank 2"));
+  const int64_t count = dims[0], n = dims[1];
+  const int64_t np = params.dimensions().size() == 2 ? params.dimensions()[1] : -1;
+  const int64_t m = static_cast<int64_t>(t_eval.element_count());
+  const int64_t n_events = a.n_events;
+  if (n_events < 0 || n_events > dop853::kMaxEvents) {
+    return ErrorFuture(Invalid("at most " + std::to_string(dop853::kMaxEvents) + " events"));
+  }
+  const int64_t kslots = n_events > 0 ? static_cast<int64_t>(t_events->element_count()) /
+                                            std::max<int64_t>(1, count * n_events)
+                                      : 0;
+  if (np < 0 || params.dimensions()[0] != count ||
+      static_cast<int64_t>(t_span.element_count()) != 2 * count ||
+      static_cast<int64_t>(ys->element_count()) != count * m * n ||
+      static_cast<int64_t>(t_final->element_count()) != count ||
+      static_cast<int64_t>(y_final->element_count()) != count * n ||
+      static_cast<int64_t>(stats->element_count()) != 4 * count ||
+      static_cast<int64_t>(y_events->element_count()) != count * n_events * kslots * n ||
+      static_cast<int64_t>(event_counts->element_count()) != count * n_events) {
+    return ErrorFuture(Invalid("operand and result shapes disagree"));
+  }
+  if (static_cast<int64_t>(a.rtol.size()) != n || static_cast<int64_t>(a.atol.size()) != n) {
+    return ErrorFuture(Invalid("rtol and atol must have one value per state component"));
+  }
+  if (count == 0) return ReadyFuture();
+
+  orbit::Model<T> model;
+  NativeRhs<T> user = nullptr;
+  if (a.rhs_id == 0) {
+    if (!model.Decode(a.model.begin(), static_cast<int64_t>(a.model.size()))) {
+      return ErrorFuture(Invalid("malformed built-in model constants"));
+    }
+    if (n != orbit::kStateSize) return ErrorFuture(Invalid("the built-in models need n = 6"));
+    if (np < model.num_params()) {
+      return ErrorFuture(Invalid("the model needs " + std::to_string(model.num_params()) +
+                                 " parameter(s) per trajectory"));
+    }
+  } else {
+    user = reinterpret_cast<NativeRhs<T>>(Lookup(a.rhs_id));
+    if (user == nullptr) {
+      return ErrorFuture(ffi::Error(
+          ffi::ErrorCode::kNotFound,
+          "jaxext.ode.dop853: right-hand side '" + std::string(a.name) +
+              "' is not compiled in this process (an exported or cached executable "
+              "needs jaxext.ode.dop853 called once with the same function first)"));
+    }
+  }
+  EventSet<T> events;
+  events.count = static_cast<int>(n_events);
+  events.kinds = a.event_kinds.begin();
+  events.consts = a.event_consts.begin();
+  events.directions = a.event_directions.begin();
+  events.terminal = a.event_terminal.begin();
+  for (int64_t e = 0; e < n_events; ++e) {
+    events.fns[e] = nullptr;
+    if (a.event_kinds[e] == 0) {
+      if (n < 3) return ErrorFuture(Invalid("a radius event needs n >= 3"));
+    } else {
+      events.fns[e] = reinterpret_cast<NativeEvent<T>>(Lookup(a.event_ids[e]));
+      if (events.fns[e] == nullptr) {
+        return ErrorFuture(ffi::Error(ffi::ErrorCode::kNotFound,
+                                      "jaxext.ode.dop853: an event function of '" +
+                                          std::string(a.name) + "' is not compiled in this process"));
+      }
+    }
+  }
+
+  const T* y0p = y0.typed_data<T>();
+  const T* pp = params.typed_data<T>();
+  const T* sp = t_span.typed_data<T>();
+  const T* tp = t_eval.typed_data<T>();
+  T* ysp = ys->typed_data<T>();
+  T* tfp = t_final->typed_data<T>();
+  T* yfp = y_final->typed_data<T>();
+  int32_t* stp = stats->typed_data<int32_t>();
+  T* tep = t_events->typed_data<T>();
+  T* yep = y_events->typed_data<T>();
+  int32_t* cp = event_counts->typed_data<int32_t>();
+  // Trajectories cost from microseconds to seconds each: hand them out a few at a time.
+  const int64_t block = std::max<int64_t>(1, count / (16 * (pool.num_threads() + 1)));
+  return ParallelForDynamic(pool, count, block, [=](int64_t begin, int64_t end) {
+    if (user == nullptr) {
+      return RunRange<T, ModelRhs<T>>(begin, end, a, &model, nullptr, events, n, np, m, kslots,
+                                      y0p, pp, sp, tp, ysp, tfp, yfp, stp, tep, yep, cp);
+    }
+    return RunRange<T, UserRhs<T>>(begin, end, a, nullptr, user, events, n, np, m, kslots, y0p,
+                                   pp, sp, tp, ysp, tfp, yfp, stp, tep, yep, cp);
+  });
+}
+
+ffi::Future Dop853Impl(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer params,
+                       ffi::AnyBuffer t_span, ffi::AnyBuffer t_eval, ffi::Result<ffi::AnyBuffer> ys,
+                       ffi::Result<ffi::AnyBuffer> t_final, ffi::Result<ffi::AnyBuffer> y_final,
+                       ffi::Result<ffi::AnyBuffer> stats, ffi::Result<ffi::AnyBuffer> t_events,
+                       ffi::Result<ffi::AnyBuffer> y_events,
+                       ffi::Result<ffi::AnyBuffer> event_counts, int64_t rhs_id,
+                       std::string_view name, ffi::Span<const double> model,
+                       ffi::Span<const double> rtol, ffi::Span<const double> atol,
+                       double first_step, double max_step, int64_t max_steps, int64_t n_events,
+                       ffi::Span<const int64_t> event_kinds, ffi::Span<const int64_t> event_ids,
+                       ffi::Span<const double> event_consts,
+                       ffi::Span<const int64_t> event_directions,
+                       ffi::Span<const int64_t> event_terminal) {
+  const Attrs a{rhs_id,     name,      model,      rtol,        atol,
+                first_step, max_step,  max_steps,  n_events,    event_kinds,
+                event_ids,  event_consts, event_directions, event_terminal};
+  if (stats->element_type() != ffi::DataType::S32 ||
+      event_counts->element_type() != ffi::DataType::S32) {
+    return ErrorFuture(Invalid("stats and event counts must be int32"));
+  }
+  switch (y0.element_type()) {
+    case ffi::DataType::F32:
+      return Dop853Typed<float>(pool, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
+                                t_events, y_events, event_counts, a);
+    case ffi::DataType::F64:
+      return Dop853Typed<double>(pool, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
+                                 t_events, y_events, event_counts, a);
+    default:
+      return ErrorFuture(Invalid("float32 or float64 states only"));
+  }
+}
+
+}  // namespace
+
+void RegisterOdeFunction(int64_t id, uintptr_t address) {
+  std::unique_lock<std::shared_mutex> lock(RegistryMutex());
+  Registry()[id] = address;
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextDop853Cpu, Dop853Impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("rhs_id")
+                                  .Attr<std::string_view>("name")
+                                  .Attr<ffi::Span<const double>>("model")
+                                  .Attr<ffi::Span<const double>>("rtol")
+                                  .Attr<ffi::Span<const double>>("atol")
+                                  .Attr<double>("first_step")
+                                  .Attr<double>("max_step")
+                                  .Attr<int64_t>("max_steps")
+                                  .Attr<int64_t>("n_events")
+                                  .Attr<ffi::Span<const int64_t>>("event_kinds")
+                                  .Attr<ffi::Span<const int64_t>>("event_ids")
+                                  .Attr<ffi::Span<const double>>("event_consts")
+                                  .Attr<ffi::Span<const int64_t>>("event_directions")
+                                  .Attr<ffi::Span<const int64_t>>("event_terminal"));
+
+}  // namespace cpu
+}  // namespace jaxext

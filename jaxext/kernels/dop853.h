@@ -1,0 +1,598 @@
+// Hairer's DOP853: an explicit Runge-Kutta method of order 8 with embedded error estimators of orders
+// 5 and 3 and a 7th-order dense output, for one trajectory, exactly as scipy's
+// solve_ivp(method="DOP853") runs it (scipy/integrate/_ivp/rk.py and common.py):
+//
+//   * the same Butcher tableau (12 stages + the FSAL evaluation f(t + h, y_new) + 3 stages for the
+//     dense output);
+//   * error norm  |h| e5^2 / sqrt(len * (e5^2 + 0.01 e3^2)),  e5, e3 the RMS-free sums of the 5th-
+//     and 3rd-order estimators scaled by  atol + rtol * max(|y|, |y_new|);
+//   * step control: accept when the norm is < 1, next step times
+//     min(10, 0.9 norm^(-1/8)) (at most 1 right after a rejection; 10 for a zero norm), after a
+//     rejection times max(0.2, 0.9 norm^(-1/8)); steps clipped to max_step and to the end point;
+//     failure when the step falls below 10 ulp(t);
+//   * the initial step of scipy's select_initial_step (order 7), unless first_step is given;
+//   * dense output F[0..6] evaluated by the same nested product;
+//   * events: sign changes of g between step ends (scipy's find_active_events, with directions),
+//     located by Brent's method on the dense output to 4 eps, terminal after a given count;
+//   * t_eval points inside each step evaluated on its dense output; right-hand side evaluations
+//     counted as scipy's nfev counts them (the dense output's 3 stages only when a step needs it).
+//
+// The state is integrated in T (float or double); the coefficients are scipy's doubles rounded to T.
+// Nothing here allocates or knows about XLA: the caller gives a workspace of WorkspaceSize(n)
+// elements and functors for the right-hand side and the events, so the CPU handler and the CUDA
+// kernel (one trajectory per thread) run the same code.
+#ifndef JAXEXT_KERNELS_DOP853_H_
+#define JAXEXT_KERNELS_DOP853_H_
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "jaxext/kernels/platform.h"
+
+#if defined(__CUDACC__)
+#define JAXEXT_DOP853_CONST static constexpr __device__
+#else
+#define JAXEXT_DOP853_CONST static constexpr
+#endif
+
+namespace jaxext {
+namespace dop853 {
+
+constexpr int kStages = 12;    // stages of one step: K[0] = f(t, y) .. K[11]
+constexpr int kExtended = 16;  // + K[12] = f(t + h, y_new), + K[13..15] for the dense output
+constexpr int kDense = 7;      // interpolant coefficients F[0..6]
+
+// Nodes c_s of the 16 stages (12 of the step, the FSAL evaluation at c = 1, 3 for dense output).
+JAXEXT_DOP853_CONST double kC[kExtended] = {
+    0.0, 0.05260015195876773, 0.0789002279381516, 0.1183503419072274, 0.2816496580927726,
+    0.3333333333333333, 0.25, 0.3076923076923077, 0.6512820512820513, 0.6, 0.8571428571428571, 1.0,
+    1.0, 0.1, 0.2, 0.7777777777777778
+};
+// Stage coefficients a_sj (j < s), rows 0-15; row 12 equals kB.
+JAXEXT_DOP853_CONST double kA[kExtended][kExtended] = {
+    {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {0.05260015195876773, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+     0.0},
+    {0.0197250569845379, 0.0591751709536137, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+     0.0, 0.0, 0.0},
+    {0.02958758547680685, 0.0, 0.08876275643042054, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+     0.0, 0.0, 0.0, 0.0},
+    {0.2413651341592667, 0.0, -0.8845494793282861, 0.924834003261792, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+     0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {0.037037037037037035, 0.0, 0.0, 0.17082860872947386, 0.12546768756682242, 0.0, 0.0, 0.0, 0.0,
+     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {0.037109375, 0.0, 0.0, 0.17025221101954405, 0.06021653898045596, -0.017578125, 0.0, 0.0, 0.0,
+     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {0.03709200011850479, 0.0, 0.0, 0.17038392571223998, 0.10726203044637328,
+     -0.015319437748624402, 0.008273789163814023, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {0.6241109587160757, 0.0, 0.0, -3.3608926294469414, -0.868219346841726, 27.59209969944671,
+     20.154067550477894, -43.48988418106996, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {0.47766253643826434, 0.0, 0.0, -2.4881146199716677, -0.590290826836843, 21.230051448181193,
+     15.279233632882423, -33.28821096898486, -0.020331201708508627, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+     0.0},
+    {-0.9371424300859873, 0.0, 0.0, 5.186372428844064, 1.0914373489967295, -8.149787010746927,
+     -18.52006565999696, 22.739487099350505, 2.4936055526796523, -3.0467644718982196, 0.0, 0.0,
+     0.0, 0.0, 0.0, 0.0},
+    {2.273310147516538, 0.0, 0.0, -10.53449546673725, -2.0008720582248625, -17.9589318631188,
+     27.94888452941996, -2.8589982771350235, -8.87285693353063, 12.360567175794303,
+     0.6433927460157636, 0.0, 0.0, 0.0, 0.0, 0.0},
+    {0.054293734116568765, 0.0, 0.0, 0.0, 0.0, 4.450312892752409, 1.8915178993145003,
+     -5.801203960010585, 0.3111643669578199, -0.1521609496625161, 0.20136540080403034,
+     0.04471061572777259, 0.0, 0.0, 0.0, 0.0},
+    {0.056167502283047954, 0.0, 0.0, 0.0, 0.0, 0.0, 0.25350021021662483, -0.2462390374708025,
+     -0.12419142326381637, 0.15329179827876568, 0.00820105229563469, 0.007567897660545699,
+     -0.008298, 0.0, 0.0, 0.0},
+    {0.03183464816350214, 0.0, 0.0, 0.0, 0.0, 0.028300909672366776, 0.053541988307438566,
+     -0.05492374857139099, 0.0, 0.0, -0.00010834732869724932, 0.0003825710908356584,
+     -0.00034046500868740456, 0.1413124436746325, 0.0, 0.0},
+    {-0.42889630158379194, 0.0, 0.0, 0.0, 0.0, -4.697621415361164, 7.683421196062599,
+     4.06898981839711, 0.3567271874552811, 0.0, 0.0, 0.0, -0.0013990241651590145,
+     2.9475147891527724, -9.15095847217987, 0.0},
+};
+// Weights of the 8th-order solution.
+JAXEXT_DOP853_CONST double kB[kStages] = {
+    0.054293734116568765, 0.0, 0.0, 0.0, 0.0, 4.450312892752409, 1.8915178993145003,
+    -5.801203960010585, 0.3111643669578199, -0.1521609496625161, 0.20136540080403034,
+    0.04471061572777259
+};
+// Error estimators: the 5th- and 3rd-order differences, over K[0..12].
+JAXEXT_DOP853_CONST double kE5[kStages + 1] = {
+    0.01312004499419488, 0.0, 0.0, 0.0, 0.0, -1.2251564463762044, -0.4957589496572502,
+    1.6643771824549864, -0.35032884874997366, 0.3341791187130175, 0.08192320648511571,
+    -0.022355307863886294, 0.0
+};
+JAXEXT_DOP853_CONST double kE3[kStages + 1] = {
+    -0.18980075407240762, 0.0, 0.0, 0.0, 0.0, 4.450312892752409, 1.8915178993145003,
+    -5.801203960010585, -0.4226823213237919, -0.1521609496625161, 0.20136540080403034,
+    0.02265179219836082, 0.0
+};
+// Dense output: coefficients of F[3..6] over K[0..15].
+JAXEXT_DOP853_CONST double kD[4][kExtended] = {
+    {-8.428938276109013, 0.0, 0.0, 0.0, 0.0, 0.5667149535193777, -3.0689499459498917,
+     2.38466765651207, 2.117034582445028, -0.871391583777973, 2.2404374302607883,
+     0.6315787787694688, -0.08899033645133331, 18.148505520854727, -9.194632392478356,
+     -4.436036387594894},
+    {10.427508642579134, 0.0, 0.0, 0.0, 0.0, 242.28349177525817, 165.20045171727028,
+     -374.5467547226902, -22.113666853125306, 7.733432668472264, -30.674084731089398,
+     -9.332130526430229, 15.697238121770845, -31.139403219565178, -9.35292435884448,
+     35.81684148639408},
+    {19.985053242002433, 0.0, 0.0, 0.0, 0.0, -387.0373087493518, -189.17813819516758,
+     527.8081592054236, -11.57390253995963, 6.8812326946963, -1.0006050966910838,
+     0.7777137798053443, -2.778205752353508, -60.19669523126412, 84.32040550667716,
+     11.99229113618279},
+    {-25.69393346270375, 0.0, 0.0, 0.0, 0.0, -154.18974869023643, -231.5293791760455,
+     357.6391179106141, 93.40532418362432, -37.45832313645163, 104.0996495089623, 29.8402934266605,
+     -43.53345659001114, 96.32455395918828, -39.17726167561544, -149.72683625798564},
+};
+
+// Outcome per trajectory (scipy's sign convention: >= 0 is success).
+enum Status : int32_t {
+  kSuccess = 0,          // reached t1
+  kTerminated = 1,       // stopped at a terminal event
+  kMaxSteps = -1,        // max_steps step attempts without reaching t1
+  kStepTooSmall = -2,    // the step size fell below 10 ulp(t)
+  kNonFinite = -3,       // non-finite initial state, parameters or right-hand side
+  kCallbackFailed = -4,  // a user function reported an error (the handler raises)
+};
+
+// At most this many event functions (their bookkeeping lives in fixed-size local arrays).
+constexpr int kMaxEvents = 16;
+
+template <typename T>
+struct Settings {
+  const T* rtol;       // per component of the state (n_control of them)
+  const T* atol;
+  T first_step;        // > 0: the first step size; otherwise selected as scipy does
+  T max_step;          // +inf for no limit
+  int64_t max_steps;   // step attempts (accepted and rejected)
+};
+
+// Where one trajectory's results go. Rows never reached (after a failure or a terminal event, or
+// t_eval points outside [t0, t1]) are NaN.
+template <typename T>
+struct Outputs {
+  const T* t_eval;         // n_eval times, ordered in the direction of integration
+  int64_t n_eval;
+  T* ys;                   // n_eval x n
+  int64_t event_slots;     // K: occurrences stored per event
+  T* t_events;             // E x K
+  T* y_events;             // E x K x n
+  int32_t* event_counts;   // E: occurrences recorded (as len(sol.t_events[e]) in scipy)
+  T* t_final;              // 1: where integration stopped
+  T* y_final;              // n: the state there
+  int32_t* stats;          // 4: status, step attempts, accepted steps, right-hand side evaluations
+};
+
+// Elements of T the integrator needs per trajectory.
+JAXEXT_HD int64_t WorkspaceSize(int64_t n) { return (kExtended + kDense + 5) * n + 2 * kMaxEvents; }
+
+template <typename T>
+JAXEXT_HD T Nan() { return std::numeric_limits<T>::quiet_NaN(); }
+
+template <typename T>
+JAXEXT_HD bool Finite(T x) { return x - x == T(0); }  // false for NaN and +-inf
+
+// Integrates one trajectory. Rhs: `bool rhs(T t, const T* y, T* dydt)` (false: it failed).
+// Events: `int size()`, `int direction(int e)` (-1, 0, 1), `int64_t max_count(int e)` (terminal
+// after that many occurrences; 0: never), `bool value(int e, T t, const T* y, T* g)`.
+// The error is controlled on the first n_control components of the state (n_control <= n).
+template <typename T, typename Rhs, typename Events>
+class Integrator {
+ public:
+  JAXEXT_HD_FUNC Integrator(Rhs& rhs, Events& events, int n, int n_control,
+                            const Settings<T>& settings, T* work)
+      : rhs_(rhs), events_(events), n_(n), nc_(n_control), s_(settings) {
+    k_ = work;
+    f_ = k_ + kExtended * n;
+    y_ = f_ + kDense * n;
+    y_new_ = y_ + n;
+    y_old_ = y_new_ + n;
+    tmp_ = y_old_ + n;
+    scratch_ = tmp_ + n;
+    g_old_ = scratch_ + n;
+    g_new_ = g_old_ + kMaxEvents;
+  }
+
+  // `inputs_finite`: false when the caller found the trajectory's parameters non-finite.
+  JAXEXT_HD_FUNC int32_t Run(T t0, T t1, const T* y0, bool inputs_finite, const Outputs<T>& out) {
+    const int n = n_;
+    const int n_events = events_.size();
+    for (int64_t i = 0; i < out.n_eval * n; ++i) out.ys[i] = Nan<T>();
+    for (int64_t i = 0; i < n_events * out.event_slots; ++i) out.t_events[i] = Nan<T>();
+    for (int64_t i = 0; i < n_events * out.event_slots * n; ++i) out.y_events[i] = Nan<T>();
+    for (int e = 0; e < n_events; ++e) out.event_counts[e] = 0;
+    steps_ = accepted_ = nfev_ = 0;
+    t_ = t0;
+
+    bool finite = inputs_finite && Finite(t0) && Finite(t1);
+    for (int i = 0; i < n; ++i) {
+      y_[i] = y0[i];
+      finite = finite && Finite(y0[i]);
+    }
+    if (!finite) return Finish(kNonFinite, out);
+    const T dir = t1 >= t0 ? T(1) : T(-1);
+    dir_ = dir;
+    if (!Eval(t0, y_, k_)) return Finish(kCallbackFailed, out);
+    for (int i = 0; i < n; ++i) {
+      if (!Finite(k_[i])) return Finish(kNonFinite, out);
+    }
+    int64_t ie = 0;  // next t_eval point
+    while (ie < out.n_eval && dir * (out.t_eval[ie] - t0) < 0) ++ie;
+    for (int e = 0; e < n_events; ++e) {
+      if (!events_.value(e, t0, y_, &g_old_[e])) return Finish(kCallbackFailed, out);
+      seen_[e] = 0;
+    }
+    if (t0 == t1 || n == 0) {  // scipy: finished without a step
+      for (; ie < out.n_eval && out.t_eval[ie] == t0; ++ie) {
+        for (int i = 0; i < n; ++i) out.ys[ie * n + i] = y_[i];
+      }
+      return Finish(kSuccess, out);
+    }
+    T h_abs;
+    if (s_.first_step > 0) {
+      h_abs = s_.first_step;
+    } else if (!InitialStep(t0, t1, &h_abs)) {
+      return Finish(kCallbackFailed, out);
+    }
+
+    const T max_factor = T(10), min_factor = T(0.2), safety = T(0.9);
+    const T exponent = T(-1) / T(8);
+    for (;;) {
+      // One step (scipy's RungeKutta._step_impl).
+      const T t = t_;
+      const T min_step = T(10) * fabs(nextafter(t, dir * std::numeric_limits<T>::infinity()) - t);
+      T ha = h_abs > s_.max_step ? s_.max_step : (h_abs < min_step ? min_step : h_abs);
+      bool rejected = false, nonfinite_trial = false;
+      T t_new, h;
+      for (;;) {
+        if (ha < min_step) return Finish(nonfinite_trial ? kNonFinite : kStepTooSmall, out);
+        if (steps_ >= s_.max_steps) return Finish(kMaxSteps, out);
+        h = ha * dir;
+        t_new = t + h;
+        if (dir * (t_new - t1) > 0) t_new = t1;
+        h = t_new - t;
+        ha = fabs(h);
+        ++steps_;
+        if (!Step(t, h)) return Finish(kCallbackFailed, out);
+        const T err = ErrorNorm(h);
+        if (err < T(1)) {
+          T factor = max_factor;
+          if (err != T(0)) {
+            const T f = safety * pow(err, exponent);
+            factor = f < max_factor ? f : max_factor;
+          }
+          if (rejected && factor > T(1)) factor = T(1);
+          ha *= factor;
+          break;
+        }
+        if (!Finite(err)) nonfinite_trial = true;
+        const T f = safety * pow(err, exponent);
+        ha *= f > min_factor ? f : min_factor;  // a NaN norm shrinks by min_factor, as in scipy
+        rejected = true;
+      }
+      ++accepted_;
+      t_old_ = t;
+      t_ = t_new;
+      h_ = h;
+      h_abs = ha;
+      T* swap = y_old_;  // y_old <- y <- y_new
+      y_old_ = y_;
+      y_ = y_new_;
+      y_new_ = swap;
+      dense_ready_ = false;
+      const bool finished = dir * (t_ - t1) >= 0;
+
+      bool terminate = false;
+      if (n_events > 0) {
+        int32_t status = HandleEvents(out, &terminate);
+        if (status != kSuccess) return Finish(status, out);
+      }
+      for (; ie < out.n_eval && dir * (out.t_eval[ie] - t_) <= 0; ++ie) {
+        if (!Dense()) return Finish(kCallbackFailed, out);
+        DenseAt(out.t_eval[ie], out.ys + ie * n);
+      }
+      if (terminate) return Finish(kTerminated, out);
+      if (finished) return Finish(kSuccess, out);
+      for (int i = 0; i < n; ++i) k_[i] = k_[kStages * n + i];  // FSAL: f(t_new, y_new)
+    }
+  }
+
+ private:
+  JAXEXT_HD bool Eval(T t, const T* y, T* f) {
+    ++nfev_;
+    return rhs_(t, y, f);
+  }
+
+  JAXEXT_HD T Rms(T sum_squares) const { return sqrt(sum_squares / T(nc_)); }
+
+  // scipy's select_initial_step for an error estimator of order 7 (K[0] holds f(t0, y0)).
+  JAXEXT_HD_FUNC bool InitialStep(T t0, T t1, T* h_abs) {
+    const int n = n_;
+    const T interval = fabs(t1 - t0);
+    T s0 = 0, s1 = 0;
+    for (int i = 0; i < nc_; ++i) {
+      const T scale = s_.atol[i] + fabs(y_[i]) * s_.rtol[i];
+      s0 += (y_[i] / scale) * (y_[i] / scale);
+      s1 += (k_[i] / scale) * (k_[i] / scale);
+    }
+    const T d0 = Rms(s0), d1 = Rms(s1);
+    T h0 = (d0 < T(1e-5) || d1 < T(1e-5)) ? T(1e-6) : T(0.01) * d0 / d1;
+    if (h0 > interval) h0 = interval;
+    for (int i = 0; i < n; ++i) tmp_[i] = y_[i] + h0 * dir_ * k_[i];
+    T* f1 = k_ + n;  // stage 1 is free until the first step
+    if (!Eval(t0 + h0 * dir_, tmp_, f1)) return false;
+    T s2 = 0;
+    for (int i = 0; i < nc_; ++i) {
+      const T scale = s_.atol[i] + fabs(y_[i]) * s_.rtol[i];
+      const T q = (f1[i] - k_[i]) / scale;
+      s2 += q * q;
+    }
+    const T d2 = Rms(s2) / h0;
+    T h1;
+    if (d1 <= T(1e-15) && d2 <= T(1e-15)) {
+      h1 = h0 * T(1e-3) > T(1e-6) ? h0 * T(1e-3) : T(1e-6);
+    } else {
+      h1 = pow(T(0.01) / (d1 > d2 ? d1 : d2), T(1) / T(8));
+    }
+    T h = T(100) * h0;
+    if (h1 < h) h = h1;
+    if (interval < h) h = interval;
+    if (s_.max_step < h) h = s_.max_step;
+    *h_abs = h;
+    return true;
+  }
+
+  // Stages 1..11 and f(t + h, y_new) into K[1..12]; y_new. K[0] holds f(t, y).
+  JAXEXT_HD_FUNC bool Step(T t, T h) {
+    const int n = n_;
+    JAXEXT_UNROLL_ALL
+    for (int s = 1; s < kStages; ++s) {
+      for (int i = 0; i < n; ++i) {
+        T acc = 0;
+        JAXEXT_UNROLL_ALL
+        for (int j = 0; j < s; ++j) {
+          if (kA[s][j] != 0) acc += T(kA[s][j]) * k_[j * n + i];
+        }
+        tmp_[i] = y_[i] + acc * h;
+      }
+      if (!Eval(t + T(kC[s]) * h, tmp_, k_ + s * n)) return false;
+    }
+    for (int i = 0; i < n; ++i) {
+      T acc = 0;
+      JAXEXT_UNROLL_ALL
+      for (int j = 0; j < kStages; ++j) {
+        if (kB[j] != 0) acc += T(kB[j]) * k_[j * n + i];
+      }
+      y_new_[i] = y_[i] + h * acc;
+    }
+    return Eval(t + h, y_new_, k_ + kStages * n);
+  }
+
+  // scipy's DOP853._estimate_error_norm.
+  JAXEXT_HD_FUNC T ErrorNorm(T h) const {
+    const int n = n_;
+    T e5 = 0, e3 = 0;
+    for (int i = 0; i < nc_; ++i) {
+      const T a = fabs(y_[i]), b = fabs(y_new_[i]);
+      const T scale = s_.atol[i] + (a > b ? a : b) * s_.rtol[i];
+      T s5 = 0, s3 = 0;
+      JAXEXT_UNROLL_ALL
+      for (int j = 0; j <= kStages; ++j) {
+        if (kE5[j] != 0) s5 += T(kE5[j]) * k_[j * n + i];
+        if (kE3[j] != 0) s3 += T(kE3[j]) * k_[j * n + i];
+      }
+      s5 /= scale;
+      s3 /= scale;
+      e5 += s5 * s5;
+      e3 += s3 * s3;
+    }
+    if (e5 == T(0) && e3 == T(0)) return T(0);
+    const T denom = e5 + T(0.01) * e3;
+    return fabs(h) * e5 / sqrt(denom * T(nc_));
+  }
+
+  // The dense output of the last accepted step (3 more stages), once per step.
+  JAXEXT_HD_FUNC bool Dense() {
+    if (dense_ready_) return true;
+    const int n = n_;
+    const T h = h_;
+    JAXEXT_UNROLL_ALL
+    for (int s = kStages + 1; s < kExtended; ++s) {
+      for (int i = 0; i < n; ++i) {
+        T acc = 0;
+        JAXEXT_UNROLL_ALL
+        for (int j = 0; j < s; ++j) {
+          if (kA[s][j] != 0) acc += T(kA[s][j]) * k_[j * n + i];
+        }
+        tmp_[i] = y_old_[i] + acc * h;
+      }
+      if (!Eval(t_old_ + T(kC[s]) * h, tmp_, k_ + s * n)) return false;
+    }
+    for (int i = 0; i < n; ++i) {
+      const T f_old = k_[i], f_new = k_[kStages * n + i];
+      const T dy = y_[i] - y_old_[i];
+      f_[i] = dy;
+      f_[n + i] = h * f_old - dy;
+      f_[2 * n + i] = T(2) * dy - h * (f_new + f_old);
+      JAXEXT_UNROLL_ALL
+      for (int r = 0; r < 4; ++r) {
+        T acc = 0;
+        JAXEXT_UNROLL_ALL
+        for (int j = 0; j < kExtended; ++j) {
+          if (kD[r][j] != 0) acc += T(kD[r][j]) * k_[j * n + i];
+        }
+        f_[(3 + r) * n + i] = h * acc;
+      }
+    }
+    dense_ready_ = true;
+    return true;
+  }
+
+  // The interpolant at t (Dense() done): scipy's Dop853DenseOutput._call_impl.
+  JAXEXT_HD_FUNC void DenseAt(T t, T* out) const {
+    const int n = n_;
+    const T x = (t - t_old_) / h_;
+    for (int i = 0; i < n; ++i) {
+      T v = 0;
+      JAXEXT_UNROLL_ALL
+      for (int r = kDense - 1; r >= 0; --r) {
+        v += f_[r * n + i];
+        v *= ((kDense - 1 - r) % 2 == 0) ? x : T(1) - x;
+      }
+      out[i] = v + y_old_[i];
+    }
+  }
+
+  // g_e on the dense output at t.
+  JAXEXT_HD bool EventAt(int e, T t, T* g) {
+    DenseAt(t, scratch_);
+    return events_.value(e, t, scratch_, g);
+  }
+
+  // Brent's method for the root of g_e on [a, b] (a sign change), to 4 eps relative and absolute,
+  // scipy's brentq tolerances. Without a sign change on the interpolant, the end with smaller |g|.
+  JAXEXT_HD_FUNC bool Root(int e, T a, T b, T* root) {
+    T fa, fb;
+    if (!EventAt(e, a, &fa) || !EventAt(e, b, &fb)) return false;
+    if (fa == T(0)) { *root = a; return true; }
+    if (fb == T(0)) { *root = b; return true; }
+    if ((fa > 0) == (fb > 0)) {
+      *root = fabs(fa) < fabs(fb) ? a : b;
+      return true;
+    }
+    const T tol = T(4) * std::numeric_limits<T>::epsilon();
+    T c = a, fc = fa, d = b - a, step_before = d;
+    for (int iter = 0; iter < 200; ++iter) {
+      if ((fb > 0) == (fc > 0)) {  // keep the root between b and c
+        c = a;
+        fc = fa;
+        d = step_before = b - a;
+      }
+      if (fabs(fc) < fabs(fb)) {  // b: the best estimate so far
+        a = b; b = c; c = a;
+        fa = fb; fb = fc; fc = fa;
+      }
+      const T delta = (tol + tol * fabs(b)) / T(2);
+      const T m = (c - b) / T(2);
+      if (fabs(m) <= delta || fb == T(0)) break;
+      if (fabs(step_before) >= delta && fabs(fa) > fabs(fb)) {
+        // Secant (two points) or inverse quadratic interpolation (three).
+        const T s = fb / fa;
+        T p, q;
+        if (a == c) {
+          p = T(2) * m * s;
+          q = T(1) - s;
+        } else {
+          const T qa = fa / fc, r = fb / fc;
+          p = s * (T(2) * m * qa * (qa - r) - (b - a) * (r - T(1)));
+          q = (qa - T(1)) * (r - T(1)) * (s - T(1));
+        }
+        if (p > 0) q = -q; else p = -p;
+        const T limit1 = T(3) * m * q - fabs(delta * q), limit2 = fabs(step_before * q);
+        if (T(2) * p < (limit1 < limit2 ? limit1 : limit2)) {
+          step_before = d;
+          d = p / q;
+        } else {
+          d = step_before = m;
+        }
+      } else {
+        d = step_before = m;
+      }
+      a = b;
+      fa = fb;
+      b += fabs(d) > delta ? d : (m > 0 ? delta : -delta);
+      if (!EventAt(e, b, &fb)) return false;
+    }
+    *root = b;
+    return true;
+  }
+
+  // scipy's find_active_events and handle_events for the step just accepted.
+  JAXEXT_HD_FUNC int32_t HandleEvents(const Outputs<T>& out, bool* terminate) {
+    const int n = n_;
+    const int n_events = events_.size();
+    int active[kMaxEvents];
+    T roots[kMaxEvents];
+    int n_active = 0;
+    for (int e = 0; e < n_events; ++e) {
+      if (!events_.value(e, t_, y_, &g_new_[e])) return kCallbackFailed;
+      const T g = g_old_[e], g_new = g_new_[e];
+      const bool up = g <= 0 && g_new >= 0, down = g >= 0 && g_new <= 0;
+      const int direction = events_.direction(e);
+      if ((direction > 0 && up) || (direction < 0 && down) || (direction == 0 && (up || down))) {
+        active[n_active++] = e;
+      }
+      g_old_[e] = g_new;
+    }
+    if (n_active == 0) return kSuccess;
+    if (!Dense()) return kCallbackFailed;
+    bool stop = false;
+    for (int a = 0; a < n_active; ++a) {
+      const int e = active[a];
+      if (!Root(e, t_old_, t_, &roots[a])) return kCallbackFailed;
+      ++seen_[e];
+      if (events_.max_count(e) > 0 && seen_[e] >= events_.max_count(e)) stop = true;
+    }
+    if (stop) {
+      // Occurrences in time order up to the first that reaches its terminal count.
+      for (int a = 1; a < n_active; ++a) {  // insertion sort (stable), n_active <= kMaxEvents
+        const int e = active[a];
+        const T r = roots[a];
+        int b = a - 1;
+        for (; b >= 0 && dir_ * (roots[b] - r) > 0; --b) {
+          active[b + 1] = active[b];
+          roots[b + 1] = roots[b];
+        }
+        active[b + 1] = e;
+        roots[b + 1] = r;
+      }
+      for (int a = 0; a < n_active; ++a) {
+        const int e = active[a];
+        if (events_.max_count(e) > 0 && seen_[e] >= events_.max_count(e)) {
+          n_active = a + 1;
+          break;
+        }
+      }
+    }
+    for (int a = 0; a < n_active; ++a) {
+      const int e = active[a];
+      const int32_t c = out.event_counts[e]++;
+      if (c < out.event_slots) {
+        out.t_events[e * out.event_slots + c] = roots[a];
+        DenseAt(roots[a], out.y_events + (e * out.event_slots + c) * n);
+      }
+    }
+    if (stop) {
+      t_ = roots[n_active - 1];
+      DenseAt(t_, y_);
+      *terminate = true;
+    }
+    return kSuccess;
+  }
+
+  JAXEXT_HD_FUNC int32_t Finish(int32_t status, const Outputs<T>& out) {
+    *out.t_final = t_;
+    for (int i = 0; i < n_; ++i) out.y_final[i] = y_[i];
+    out.stats[0] = status;
+    out.stats[1] = static_cast<int32_t>(steps_);
+    out.stats[2] = static_cast<int32_t>(accepted_);
+    out.stats[3] = static_cast<int32_t>(nfev_);
+    return status;
+  }
+
+  Rhs& rhs_;
+  Events& events_;
+  const int n_, nc_;
+  const Settings<T> s_;
+  T *k_, *f_, *y_, *y_new_, *y_old_, *tmp_, *scratch_, *g_old_, *g_new_;
+  T t_ = 0, t_old_ = 0, h_ = 0, dir_ = 1;
+  bool dense_ready_ = false;
+  int64_t steps_ = 0, accepted_ = 0, nfev_ = 0;
+  int64_t seen_[kMaxEvents];
+};
+
+}  // namespace dop853
+}  // namespace jaxext
+
+#endif  // JAXEXT_KERNELS_DOP853_H_

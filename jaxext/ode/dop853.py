@@ -1,0 +1,377 @@
+"""jaxext.ode.dop853: many trajectories of one ODE system at once, each with its own adaptive steps.
+
+Hairer's DOP853 exactly as scipy's `solve_ivp(method="DOP853")` runs it (jaxext/kernels/dop853.h):
+for one trajectory the accepted steps, right-hand side evaluations and results are scipy's, to
+roundoff. Trajectories are independent: on the CPU they are spread over XLA's thread pool, each
+stepping on its own (no lockstep, unlike jax.vmap of a while loop).
+
+The primitive `dop853_p` is defined as jaxlib defines its ops: abstract evaluation, a CPU lowering
+to the FFI target `jaxext_dop853` (partitioned along the trajectory axis under jit sharding), and a
+batching rule (vmap folds into the trajectory axis). Derivatives are not available yet.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import operator
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+
+from jaxext import _ffi
+from jaxext import _jax_compat as compat
+from jaxext import _sharding
+from jaxext._validation import float_operand
+from jaxext.ode import functions
+from jaxext.ode.models import Model
+
+__all__ = ["Solution", "Status", "dop853", "dop853_p"]
+
+MAX_EVENTS = 16  # jaxext/kernels/dop853.h kMaxEvents
+_MAX_STEPS_LIMIT = 10**8  # counters are int32 (up to 15 evaluations per step)
+
+
+class Status(enum.IntEnum):
+  """Outcome per trajectory (`Solution.status`); scipy's sign convention: >= 0 is success."""
+  SUCCESS = 0          # reached t1
+  EVENT = 1            # stopped by a terminal event (t_final is the event's time)
+  MAX_STEPS = -1       # max_steps step attempts (accepted + rejected) without reaching t1
+  STEP_TOO_SMALL = -2  # the step size fell below 10 ulp(t) (scipy's "Required step size...")
+  NON_FINITE = -3      # non-finite y0, params, t_span, or right-hand side
+
+
+class Solution(NamedTuple):
+  """Results per trajectory (N trajectories, state size d, T = len(t_eval), E events, K slots).
+
+  ys:           (N, T, d) the state at t_eval (dense output); NaN where not reached (a failure, a
+                terminal event before it, or a point outside that trajectory's t_span)
+  t_final:      (N,) where integration stopped: t1, a terminal event's time, or the last accepted
+                step's end on failure
+  y_final:      (N, d) the state at t_final
+  status:       (N,) int32, a Status value
+  n_steps:      (N,) int32 step attempts (accepted and rejected)
+  n_accepted:   (N,) int32 accepted steps (scipy's len(sol.t) - 1 without t_eval)
+  n_rhs:        (N,) int32 right-hand side evaluations (scipy's nfev)
+  t_events:     (N, E, K) the first K occurrences of each event, NaN-padded
+  y_events:     (N, E, K, d) the state there
+  event_counts: (N, E) int32 occurrences of each event (may exceed K: only K are stored)
+  """
+  ys: jax.Array
+  t_final: jax.Array
+  y_final: jax.Array
+  status: jax.Array
+  n_steps: jax.Array
+  n_accepted: jax.Array
+  n_rhs: jax.Array
+  t_events: jax.Array
+  y_events: jax.Array
+  event_counts: jax.Array
+
+
+dop853_p = Primitive("jaxext_dop853")
+dop853_p.multiple_results = True
+
+
+def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, events=(),
+           max_steps: int = 100_000, first_step=None, max_step=None,
+           event_slots: int = 8) -> Solution:
+  """Integrates dy/dt = rhs(t, y, p) for N trajectories with DOP853 (scipy's algorithm).
+
+  Args:
+    rhs: a built-in model (`jaxext.ode.models.earth(...)`, `two_body()`, a `Model`), or a Python
+      function `rhs(t, y, p, dydt)` writing dy/dt into `dydt` (decorated with `jaxext.ode.rhs` or
+      plain), compiled by Numba (needs `jaxext[numba]`).
+    y0: (N, d) initial states; float32 or float64 (the integration's precision).
+    t_span: (t0, t1) for every trajectory, or per trajectory: an (N, 2) array or a pair of (N,)
+      arrays. t1 < t0 integrates backwards.
+    params: None, (p,) shared or (N, p) per trajectory parameters, passed to `rhs` and events.
+    t_eval: None or (T,) times, strictly monotonic in the direction of integration, at which to
+      return the state (from the 7th-order dense output, as scipy does).
+    rtol, atol: relative and absolute tolerances, > 0, scalars or (d,) per component (static);
+      rtol below 100 machine epsilons is raised to it with a warning, as scipy does.
+    events: functions g(t, y, p) (`jaxext.ode.event`, scipy-style callables with `terminal` and
+      `direction` attributes) or built-in `jaxext.ode.models.radius_event/altitude_event`; at most
+      16. Roots are located by Brent's method on the dense output to 4 machine epsilons.
+    max_steps: step attempts per trajectory before giving up (status MAX_STEPS).
+    first_step: initial step size (> 0); None selects it as scipy does.
+    max_step: largest step size; None for no limit.
+    event_slots: K, occurrences stored per event and trajectory.
+
+  Returns:
+    A `Solution` (see its fields). Non-finite inputs of one trajectory set its status to NON_FINITE
+    and leave the others untouched.
+
+  Raises:
+    TypeError / ValueError at trace time for bad arguments (the message names the argument).
+  """
+  y0 = float_operand(y0, "y0")
+  if y0.ndim != 2 or y0.shape[1] == 0:
+    raise ValueError(f"y0 must have shape (N, d) with d >= 1 (N trajectories of d components); "
+                     f"got shape {y0.shape}")
+  count, n = y0.shape
+  dtype = y0.dtype
+
+  # The right-hand side.
+  if isinstance(rhs, Model):
+    if n != Model.state_size:
+      raise ValueError(f"y0: the model '{rhs.name}' integrates states of 6 components "
+                       f"(x, y, z, vx, vy, vz); got d = {n}")
+    rhs_id, name, constants = 0, rhs.name, tuple(rhs.constants().tolist())
+    needs = rhs.num_params
+  else:
+    if not isinstance(rhs, functions.Rhs):
+      if not callable(rhs):
+        raise TypeError("rhs must be a jaxext.ode.models.Model or a function rhs(t, y, p, dydt); "
+                        f"got {type(rhs).__name__}")
+      rhs = functions.Rhs(fn=rhs, name=getattr(rhs, "__name__", "rhs"))
+    rhs_id, name, constants, needs = None, rhs.name, (0.0,), 0
+
+  # Parameters, time span, output times.
+  if params is None:
+    params = jnp.zeros((count, 0), dtype)
+  else:
+    params = float_operand(params, "params").astype(dtype)
+    if params.ndim == 1:
+      params = jnp.broadcast_to(params, (count, params.shape[0]))
+    elif params.ndim != 2 or params.shape[0] not in (1, count):
+      raise ValueError(f"params must have shape (p,) or (N, p) with N = {count}; "
+                       f"got {params.shape}")
+    params = jnp.broadcast_to(params, (count, params.shape[1]))
+  if params.shape[1] < needs:
+    raise ValueError(f"params: the model '{name}' needs {needs} parameter(s) per trajectory "
+                     f"(the ballistic coefficient C_d A / m in m^2/kg); got {params.shape[1]}")
+  t_span = _time_span(t_span, count, dtype)
+  if t_eval is None:
+    t_eval = jnp.zeros((0,), dtype)
+  else:
+    t_eval = float_operand(t_eval, "t_eval").astype(dtype)
+    if t_eval.ndim != 1:
+      raise ValueError(f"t_eval must be 1-D; got shape {t_eval.shape}")
+  _check_t_eval(t_eval, t_span)
+
+  # Static settings.
+  rtol = _tolerance(rtol, "rtol", n)
+  atol = _tolerance(atol, "atol", n)
+  if min(rtol) < 100 * np.finfo(np.float64).eps:
+    warnings.warn(f"rtol below {100 * np.finfo(np.float64).eps:.3g} is raised to it (as scipy "
+                  "does)", stacklevel=2)
+    rtol = tuple(max(r, 100 * np.finfo(np.float64).eps) for r in rtol)
+  try:
+    max_steps = operator.index(max_steps)
+  except TypeError:
+    raise TypeError(f"max_steps must be an int; got {type(max_steps).__name__}") from None
+  if not 1 <= max_steps <= _MAX_STEPS_LIMIT:
+    raise ValueError(f"max_steps must be in [1, {_MAX_STEPS_LIMIT}]; got {max_steps}")
+  first_step = 0.0 if first_step is None else _positive(first_step, "first_step")
+  if first_step:
+    span = _concrete(t_span)
+    if span is not None and np.any(first_step > np.abs(span[:, 1] - span[:, 0])):
+      raise ValueError("first_step exceeds the length of t_span (as scipy refuses)")
+  max_step = math.inf if max_step is None else _positive(max_step, "max_step", allow_inf=True)
+  try:
+    event_slots = operator.index(event_slots)
+  except TypeError:
+    raise TypeError(f"event_slots must be an int; got {type(event_slots).__name__}") from None
+  if event_slots < 1:
+    raise ValueError(f"event_slots must be >= 1; got {event_slots}")
+
+  # Events and user functions (compiled for this dtype and these sizes).
+  if isinstance(events, (functions.Event,)) or callable(events):
+    events = (events,)
+  events = tuple(functions.as_event(e, i) for i, e in enumerate(events))
+  if len(events) > MAX_EVENTS:
+    raise ValueError(f"events: at most {MAX_EVENTS}; got {len(events)}")
+  p = params.shape[1]
+  if rhs_id is None or any(e.fn is not None for e in events):
+    native = _native_module()
+  if rhs_id is None:
+    rhs_id = native.compile_rhs(rhs.fn, name, dtype, n, p)
+  spec = []
+  for i, e in enumerate(events):
+    if e.fn is None:
+      if n < 3:
+        raise ValueError(f"events[{i}]: a radius event needs y0 with d >= 3; got d = {n}")
+      spec.append((0, 0, e.radius, e.direction, e.max_count))
+    else:
+      spec.append((1, native.compile_event(e.fn, e.name, dtype, n, p), 0.0, e.direction,
+                   e.max_count))
+
+  outs = dop853_p.bind(y0, params, t_span, t_eval, rhs_id=int(rhs_id), name=str(name),
+                       model=constants, rtol=rtol, atol=atol, first_step=float(first_step),
+                       max_step=float(max_step), max_steps=max_steps, events=tuple(spec),
+                       event_slots=event_slots if spec else 0)
+  ys, t_final, y_final, stats, t_events, y_events, counts = outs
+  return Solution(ys=ys, t_final=t_final, y_final=y_final, status=stats[:, 0],
+                  n_steps=stats[:, 1], n_accepted=stats[:, 2], n_rhs=stats[:, 3],
+                  t_events=t_events, y_events=y_events, event_counts=counts)
+
+
+def _native_module():
+  try:
+    from jaxext.ode import _native
+  except ImportError as err:
+    raise ImportError(f"jaxext.ode: Python right-hand sides and events are compiled by Numba, "
+                      f"which is not importable ({err}); install it with: "
+                      "pip install 'jaxext[numba]' (or use a built-in model and events)") from err
+  return _native
+
+
+def _time_span(t_span, count, dtype):
+  if isinstance(t_span, (tuple, list)) and len(t_span) == 2:
+    t0 = float_operand(t_span[0], "t_span[0]")
+    t1 = float_operand(t_span[1], "t_span[1]")
+    for t, what in ((t0, "t_span[0]"), (t1, "t_span[1]")):
+      if t.ndim > 1 or (t.ndim == 1 and t.shape[0] not in (1, count)):
+        raise ValueError(f"{what} must be a scalar or of shape (N,) with N = {count}; "
+                         f"got shape {t.shape}")
+    return jnp.stack([jnp.broadcast_to(t0.astype(dtype), (count,)),
+                      jnp.broadcast_to(t1.astype(dtype), (count,))], axis=1)
+  span = float_operand(t_span, "t_span").astype(dtype)
+  if span.shape == (2,):
+    return jnp.broadcast_to(span, (count, 2))
+  if span.shape != (count, 2):
+    raise ValueError(f"t_span must be (t0, t1), or of shape (N, 2) with N = {count}; "
+                     f"got shape {span.shape}")
+  return span
+
+
+def _concrete(x):
+  try:
+    return np.asarray(x)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    return None
+
+
+def _check_t_eval(t_eval, t_span):
+  te = _concrete(t_eval)
+  if te is None or te.size == 0:
+    return
+  if not np.all(np.isfinite(te)):
+    raise ValueError("t_eval must be finite")
+  d = np.diff(te)
+  if te.size > 1 and not (np.all(d > 0) or np.all(d < 0)):
+    raise ValueError("t_eval must be strictly increasing (or strictly decreasing for backward "
+                     "integration)")
+  span = _concrete(t_span)
+  if span is not None and span.size and te.size > 1:
+    forward = span[:, 1] >= span[:, 0]
+    if np.any(forward != (d[0] > 0)):
+      raise ValueError("t_eval must be ordered in the direction of integration of every "
+                       "trajectory (t_span)")
+
+
+def _tolerance(value, what, n):
+  try:
+    v = np.asarray(value, dtype=np.float64)
+  except (TypeError, ValueError, jax.errors.TracerArrayConversionError,
+          jax.errors.ConcretizationTypeError):
+    raise TypeError(f"{what} must be a static float or array of floats (not traced)") from None
+  if v.ndim > 1 or (v.ndim == 1 and v.shape[0] != n):
+    raise ValueError(f"{what} must be a scalar or of shape (d,) = ({n},); got shape {v.shape}")
+  if not np.all(np.isfinite(v)) or np.any(v <= 0):
+    raise ValueError(f"{what} must be finite and > 0; got {value!r}")
+  return tuple(np.broadcast_to(v, (n,)).tolist())
+
+
+def _positive(value, what, allow_inf=False):
+  try:
+    v = float(value)
+  except (TypeError, jax.errors.ConcretizationTypeError):
+    raise TypeError(f"{what} must be a static float") from None
+  if not v > 0 or (math.isinf(v) and not allow_inf) or math.isnan(v):
+    raise ValueError(f"{what} must be > 0 and finite; got {value!r}")
+  return v
+
+
+def _result_shapes(count, n, m, n_events, slots, dtype):
+  i32 = np.dtype(np.int32)
+  return ((count, m, n), dtype), ((count,), dtype), ((count, n), dtype), ((count, 4), i32), \
+      ((count, n_events, slots), dtype), ((count, n_events, slots, n), dtype), \
+      ((count, n_events), i32)
+
+
+def _abstract_eval(y0, params, t_span, t_eval, *, events, event_slots, **_):
+  count, n = y0.shape
+  for x, what in ((params, "params"), (t_span, "t_span"), (t_eval, "t_eval")):
+    if x.dtype != y0.dtype:
+      raise TypeError(f"dop853_p: {what} has dtype {x.dtype}, y0 {y0.dtype}")
+  if params.ndim != 2 or params.shape[0] != count or t_span.shape != (count, 2) or \
+      t_eval.ndim != 1:
+    raise TypeError("dop853_p: operand shapes disagree")
+  return tuple(jax.core.ShapedArray(s, d) for s, d in
+               _result_shapes(count, n, t_eval.shape[0], len(events), event_slots, y0.dtype))
+
+
+dop853_p.def_abstract_eval(_abstract_eval)
+dop853_p.def_impl(lambda *args, **params: jax.jit(
+    functools.partial(dop853_p.bind, **params))(*args))
+
+
+def _lowering(ctx, y0, params, t_span, t_eval, *, platform, rhs_id, name, model, rtol, atol,
+              first_step, max_step, max_steps, events, event_slots):
+  if platform != "cpu":
+    raise NotImplementedError(
+        f"jaxext.ode.dop853 has no {platform} kernel yet (CPU only in this version)")
+  if platform not in _ffi.register_all():
+    raise NotImplementedError(f"jaxext.ode.dop853: no {platform} kernels in this build")
+  n_events = len(events)
+  col = lambda i, dt: np.asarray([e[i] for e in events] or [0], dt)
+  attrs = dict(
+      rhs_id=np.int64(rhs_id), name=name, model=np.asarray(model, np.float64),
+      rtol=np.asarray(rtol, np.float64), atol=np.asarray(atol, np.float64),
+      first_step=np.float64(first_step), max_step=np.float64(max_step),
+      max_steps=np.int64(max_steps), n_events=np.int64(n_events),
+      event_kinds=col(0, np.int64), event_ids=col(1, np.int64), event_consts=col(2, np.float64),
+      event_directions=col(3, np.int64), event_terminal=col(4, np.int64))
+
+  def result_types(y0, params, t_span, t_eval):
+    return tuple(jax.ShapeDtypeStruct(s, d) for s, d in _result_shapes(
+        y0.shape[0], y0.shape[1], t_eval.shape[0], n_events, event_slots, y0.dtype))
+
+  # Trajectories are independent: split along them, everything else stays whole.
+  return _sharding.lower(
+      ctx, (y0, params, t_span, t_eval),
+      _sharding.ffi_per_shard("jaxext_dop853", result_types, **attrs),
+      [("traj", None), ("traj", None), ("traj", None), (None,)],
+      [("traj", None, None), ("traj",), ("traj", None), ("traj", None), ("traj", None, None),
+       ("traj", None, None, None), ("traj", None)])
+
+
+compat.register_lowering(dop853_p, functools.partial(_lowering, platform="cpu"), "cpu",
+                         partitioned=True)
+compat.register_lowering(dop853_p, functools.partial(_lowering, platform="CUDA"), "cuda",
+                         partitioned=True)
+
+
+def _batch(args, dims, **params):
+  """vmap: the mapped axis joins the trajectory axis (one call); a mapped t_eval runs one call per
+  batch element."""
+  size = compat.batch_size(args, dims)
+  y0, p, span = (compat.batch_axis_to_front(x, d, size) for x, d in zip(args[:3], dims[:3]))
+  te = args[3]
+  if compat.is_mapped(dims[3]):
+    te = compat.batch_axis_to_front(te, dims[3], size)
+    outs = jax.lax.map(lambda a: tuple(dop853_p.bind(*a, **params)), (y0, p, span, te))
+    return list(outs), [0] * len(outs)
+  count = y0.shape[1]
+  flat = lambda x: x.reshape((size * count,) + x.shape[2:])
+  outs = dop853_p.bind(flat(y0), flat(p), flat(span), te, **params)
+  return [o.reshape((size, count) + o.shape[1:]) for o in outs], [0] * len(outs)
+
+
+compat.register_batching(dop853_p, _batch)
+
+
+def _jvp(primals, tangents, **params):
+  raise NotImplementedError(
+      "jaxext.ode.dop853: derivatives (jax.jvp/grad with respect to y0 and params, through the "
+      "variational equations) are not implemented yet")
+
+
+compat.register_jvp(dop853_p, _jvp)

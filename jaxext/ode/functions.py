@@ -1,0 +1,99 @@
+"""User functions of jaxext.ode: right-hand sides and event functions written in Python.
+
+    @jaxext.ode.rhs
+    def pendulum(t, y, p, dydt):           # y, p, dydt: 1-D arrays; write dydt in place
+        dydt[0] = y[1]
+        dydt[1] = -p[0] * math.sin(y[0])
+
+    @jaxext.ode.event(terminal=True, direction=-1)
+    def hits_zero(t, y, p):                # a float whose sign changes mark the event
+        return y[0]
+
+They are compiled by Numba (the bridge of jaxext.numba_kernel) into native functions the integrator
+calls directly, with no Python in the loop: they must be Numba-compatible (nopython mode). A plain
+function is accepted too (compiled the same way); an event function may carry scipy's attributes
+`terminal` and `direction` instead of using the decorator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Rhs:
+  """A right-hand side `fn(t, y, p, dydt)` (see the module docstring)."""
+  fn: Callable
+  name: str
+
+
+def rhs(fn=None, *, name: str | None = None):
+  """Decorator: a Python right-hand side `fn(t, y, p, dydt)` for jaxext.ode.dop853."""
+  def wrap(f):
+    if not callable(f):
+      raise TypeError(f"jaxext.ode.rhs decorates a function; got {type(f).__name__}")
+    return Rhs(fn=f, name=name or getattr(f, "__name__", "rhs"))
+  return wrap if fn is None else wrap(fn)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Event:
+  """An event g(t, y, p) = 0, as scipy's solve_ivp defines them.
+
+  terminal: False (record every occurrence), True (stop at the first) or an int k >= 1 (stop at the
+    k-th occurrence), as in scipy.
+  direction: 0 (any sign change), 1 (g goes from negative to positive), -1 (positive to negative).
+  A built-in event (`radius` set, `fn` None) is g = |y[0:3]| - radius, evaluated in C++ (see
+  jaxext.ode.models.altitude_event); it needs no Numba.
+  """
+  fn: Callable | None
+  terminal: bool | int = False
+  direction: int = 0
+  radius: float | None = None
+  name: str = "event"
+
+  def __post_init__(self):
+    if (self.fn is None) == (self.radius is None):
+      raise ValueError("an Event has either a function or a built-in radius")
+    if self.direction not in (-1, 0, 1):
+      raise ValueError(f"event direction must be -1, 0 or 1; got {self.direction!r}")
+    t = self.terminal
+    if isinstance(t, bool) or t is None:
+      pass
+    elif not isinstance(t, int) or t < 0:
+      raise ValueError(f"event terminal must be a bool or an int >= 0; got {t!r}")
+
+  @property
+  def max_count(self) -> int:
+    """Occurrences after which integration stops (0: never)."""
+    if self.terminal is True:
+      return 1
+    if not self.terminal:
+      return 0
+    return int(self.terminal)
+
+
+def event(fn=None, *, terminal: bool | int = False, direction: int = 0, name: str | None = None):
+  """Decorator: a Python event function `fn(t, y, p) -> float` for jaxext.ode.dop853."""
+  def wrap(f):
+    if not callable(f):
+      raise TypeError(f"jaxext.ode.event decorates a function; got {type(f).__name__}")
+    return Event(fn=f, terminal=terminal, direction=direction,
+                 name=name or getattr(f, "__name__", "event"))
+  return wrap if fn is None else wrap(fn)
+
+
+def as_event(e, index: int) -> Event:
+  """An Event from what the user passed as events[index] (an Event, or scipy-style callable)."""
+  if isinstance(e, Event):
+    return e
+  if callable(e):
+    try:
+      return Event(fn=e, terminal=getattr(e, "terminal", False),
+                   direction=int(getattr(e, "direction", 0)),
+                   name=getattr(e, "__name__", f"event {index}"))
+    except ValueError as err:
+      raise ValueError(f"events[{index}]: {err}") from None
+  raise TypeError(f"events[{index}] must be a jaxext.ode.Event or a function g(t, y, p); "
+                  f"got {type(e).__name__}")

@@ -1,0 +1,534 @@
+"""Tests of jaxext.ode.dop853 (CPU).
+
+References: scipy.integrate.solve_ivp(method="DOP853") trajectory by trajectory (values, accepted
+steps, right-hand side evaluations, event times); analytic two-body propagation through Kepler's
+equation; conservation of energy and angular momentum; the secular J2 rates of node and perigee;
+an independent NumPy implementation of the built-in models (gravity from the gradient of the zonal
+potential, density from the table); closed-form event times. Plus statuses, bad rows, jit, vmap
+and argument errors.
+"""
+
+import os
+import tempfile
+import warnings
+
+os.environ.setdefault("JAXEXT_NUMBA_CACHE_DIR",
+                      os.path.join(os.environ.get("TEST_TMPDIR", tempfile.gettempdir()), "numba"))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import scipy.integrate  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxext  # noqa: E402
+from jaxext import ode  # noqa: E402
+from jaxext.ode import models  # noqa: E402
+
+MU, RE = models.EARTH_MU, models.EARTH_RADIUS
+
+
+def scipy_dop853(f, t_span, y0, **kw):
+  return scipy.integrate.solve_ivp(f, t_span, y0, method="DOP853", **kw)
+
+
+# --- user right-hand sides (Numba) and their NumPy twins for scipy ---------------------------
+
+@ode.rhs
+def van_der_pol(t, y, p, dydt):
+  dydt[0] = y[1]
+  dydt[1] = p[0] * (1 - y[0] * y[0]) * y[1] - y[0]
+
+
+def van_der_pol_np(p):
+  return lambda t, y: np.array([y[1], p[0] * (1 - y[0] * y[0]) * y[1] - y[0]])
+
+
+@ode.rhs
+def arenstorf(t, y, p, dydt):  # restricted three-body problem (Hairer's test orbit)
+  m = p[0]
+  mp = 1.0 - m
+  d1 = ((y[0] + m) ** 2 + y[1] ** 2) ** 1.5
+  d2 = ((y[0] - mp) ** 2 + y[1] ** 2) ** 1.5
+  dydt[0] = y[2]
+  dydt[1] = y[3]
+  dydt[2] = y[0] + 2 * y[3] - mp * (y[0] + m) / d1 - m * (y[0] - mp) / d2
+  dydt[3] = y[1] - 2 * y[2] - mp * y[1] / d1 - m * y[1] / d2
+
+
+def arenstorf_np(p):
+  m = p[0]
+  mp = 1.0 - m
+
+  def f(t, y):
+    d1 = ((y[0] + m) ** 2 + y[1] ** 2) ** 1.5
+    d2 = ((y[0] - mp) ** 2 + y[1] ** 2) ** 1.5
+    return np.array([y[2], y[3], y[0] + 2 * y[3] - mp * (y[0] + m) / d1 - m * (y[0] - mp) / d2,
+                     y[1] - 2 * y[2] - mp * y[1] / d1 - m * y[1] / d2])
+  return f
+
+
+ARENSTORF_Y0 = np.array([0.994, 0.0, 0.0, -2.00158510637908252240537862224])
+ARENSTORF_T = 17.0652165601579625588917206249
+ARENSTORF_MU = 0.012277471
+
+
+@ode.rhs
+def forced(t, y, p, dydt):  # time-dependent and with several parameters
+  dydt[0] = y[1]
+  dydt[1] = -p[0] * y[0] - p[1] * y[1] + p[2] * np.cos(p[3] * t)
+
+
+def forced_np(p):
+  return lambda t, y: np.array([y[1], -p[0] * y[0] - p[1] * y[1] + p[2] * np.cos(p[3] * t)])
+
+
+@ode.rhs
+def blow_up(t, y, p, dydt):  # y' = y^2: y = 1 / (1 - t) from y(0) = 1, singular at t = 1
+  dydt[0] = y[0] * y[0]
+
+
+@ode.rhs
+def raises(t, y, p, dydt):
+  if y[0] > 0.5:
+    raise ValueError("boom")
+  dydt[0] = 1.0
+
+
+# --- independent NumPy model: zonal gravity as the gradient of the potential, table density ----
+
+def zonal_potential_gradient(r, j2, j3, j4, mu=MU, radius=RE):
+  """-grad V for V = -mu/r (1 - sum J_n (R/r)^n P_n(z/r)), by central differences of degree 8
+  on the potential (independent of the closed-form accelerations in C++)."""
+  def potential(q):
+    x, y, z = q
+    rr = np.sqrt(x * x + y * y + z * z)
+    s = z / rr
+    p2 = (3 * s * s - 1) / 2
+    p3 = (5 * s ** 3 - 3 * s) / 2
+    p4 = (35 * s ** 4 - 30 * s * s + 3) / 8
+    return mu / rr * (1 - j2 * (radius / rr) ** 2 * p2 - j3 * (radius / rr) ** 3 * p3
+                      - j4 * (radius / rr) ** 4 * p4)
+  h = 1e-3 * np.linalg.norm(r)
+  w = [(1, 4 / 5), (2, -1 / 5), (3, 4 / 105), (4, -1 / 280)]
+  out = np.zeros(3)
+  for k in range(3):
+    e = np.zeros(3)
+    e[k] = h
+    out[k] = sum(c * (potential(r + m * e) - potential(r - m * e)) for m, c in w) / h
+  return out
+
+
+def model_np(model, p):
+  atm = model.atmosphere
+
+  def f(t, y):
+    r, v = y[:3], y[3:]
+    a = zonal_potential_gradient(r, model.j2, model.j3, model.j4, model.mu, model.radius)
+    if atm is not None:
+      rho = atm.density_at(np.linalg.norm(r) - model.radius)
+      vrel = v - np.cross([0, 0, model.rotation], r)
+      a = a - 0.5 * p[0] * rho * model.meters_per_unit * np.linalg.norm(vrel) * vrel
+    return np.concatenate([v, a])
+  return f
+
+
+def circular_state(altitude, inclination, raan=0.0, u=0.0):
+  r = RE + altitude
+  v = np.sqrt(MU / r)
+  ci, si, co, so, cu, su = (np.cos(inclination), np.sin(inclination), np.cos(raan), np.sin(raan),
+                            np.cos(u), np.sin(u))
+  pos = r * np.array([co * cu - so * su * ci, so * cu + co * su * ci, su * si])
+  vel = v * np.array([-co * su - so * cu * ci, -so * su + co * cu * ci, cu * si])
+  return np.concatenate([pos, vel])
+
+
+def elements_state(a, e, i, raan, argp, nu, mu=MU):
+  p = a * (1 - e * e)
+  r = p / (1 + e * np.cos(nu))
+  pf = np.array([r * np.cos(nu), r * np.sin(nu), 0.0])
+  vf = np.sqrt(mu / p) * np.array([-np.sin(nu), e + np.cos(nu), 0.0])
+  rot = lambda ang, ax: {
+      "z": np.array([[np.cos(ang), -np.sin(ang), 0], [np.sin(ang), np.cos(ang), 0], [0, 0, 1]]),
+      "x": np.array([[1, 0, 0], [0, np.cos(ang), -np.sin(ang)], [0, np.sin(ang), np.cos(ang)]])}[ax]
+  q = rot(raan, "z") @ rot(i, "x") @ rot(argp, "z")
+  return np.concatenate([q @ pf, q @ vf])
+
+
+# --- against scipy, trajectory by trajectory ---------------------------------------------------
+
+# (name, rhs, NumPy rhs, y0, params, t1, agreement relative to the solution's scale). Arenstorf's
+# orbit ends with a close approach to the small body that amplifies roundoff differences (BLAS vs
+# our summation order) by ~1e4; the others agree to 1e-10 over the whole interval.
+CASES = [
+    ("van_der_pol", van_der_pol, van_der_pol_np, np.array([2.0, 0.0]), np.array([1.0]), 20.0,
+     1e-10),
+    ("van_der_pol_stiffish", van_der_pol, van_der_pol_np, np.array([1.0, 0.5]), np.array([8.0]),
+     15.0, 1e-10),
+    ("arenstorf", arenstorf, arenstorf_np, ARENSTORF_Y0, np.array([ARENSTORF_MU]), ARENSTORF_T,
+     1e-8),
+    ("forced", forced, forced_np, np.array([1.0, 0.0]), np.array([4.0, 0.1, 0.5, 1.7]), 30.0,
+     1e-10),
+]
+
+
+@pytest.mark.parametrize("tol", [1e-6, 1e-9, 1e-12])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_single_trajectories_match_scipy(case, tol):
+  _, rhs, rhs_np, y0, p, t1, agree = case
+  te = np.linspace(0.0, t1, 37)
+  sol = ode.dop853(rhs, y0[None], (0.0, t1), p, t_eval=te, rtol=tol, atol=tol)
+  ref = scipy_dop853(rhs_np(p), (0.0, t1), y0, rtol=tol, atol=tol, t_eval=te)
+  steps = scipy_dop853(rhs_np(p), (0.0, t1), y0, rtol=tol, atol=tol)
+  assert int(sol.status[0]) == ode.Status.SUCCESS == ref.status
+  assert int(sol.n_accepted[0]) == len(steps.t) - 1  # scipy's accepted steps
+  assert int(sol.n_rhs[0]) == ref.nfev                 # evaluations, dense output included
+  assert float(sol.t_final[0]) == t1
+  scale = np.abs(ref.y).max()
+  np.testing.assert_allclose(sol.ys[0], ref.y.T, rtol=0, atol=agree * scale)
+  np.testing.assert_allclose(sol.y_final[0], steps.y[:, -1], rtol=0, atol=agree * scale)
+  np.testing.assert_allclose(sol.ys[0, -1], sol.y_final[0], rtol=0, atol=1e-12 * scale)
+
+
+def test_many_trajectories_each_match_scipy():
+  rng = np.random.default_rng(0)
+  n = 64
+  y0 = np.stack([rng.uniform(-2, 2, n), rng.uniform(-1, 1, n)], axis=1)
+  mu = rng.uniform(0.1, 5.0, (n, 1))
+  t1 = rng.uniform(1.0, 12.0, n)
+  sol = ode.dop853(van_der_pol, y0, (np.zeros(n), t1), mu, rtol=1e-9, atol=1e-9)
+  assert np.all(np.asarray(sol.status) == 0)
+  steps = np.asarray(sol.n_accepted)
+  assert steps.min() < steps.max()  # per-trajectory step sizes: no lockstep
+  for j in range(0, n, 7):
+    ref = scipy_dop853(van_der_pol_np(mu[j]), (0.0, t1[j]), y0[j], rtol=1e-9, atol=1e-9)
+    assert steps[j] == len(ref.t) - 1
+    assert int(sol.n_rhs[j]) == ref.nfev
+    np.testing.assert_allclose(sol.y_final[j], ref.y[:, -1], rtol=1e-11, atol=1e-11)
+    assert float(sol.t_final[j]) == t1[j]
+
+
+def test_backward_integration_matches_scipy():
+  te = np.linspace(5.0, -3.0, 9)
+  sol = ode.dop853(forced, np.array([[0.3, -0.2]]), (5.0, -3.0), [2.0, 0.3, 1.0, 0.7], t_eval=te,
+                   rtol=1e-10, atol=1e-10)
+  ref = scipy_dop853(forced_np([2.0, 0.3, 1.0, 0.7]), (5.0, -3.0), [0.3, -0.2], rtol=1e-10,
+                     atol=1e-10, t_eval=te)
+  assert int(sol.n_rhs[0]) == ref.nfev
+  np.testing.assert_allclose(sol.ys[0], ref.y.T, rtol=0, atol=1e-12)
+
+
+def test_float32():
+  te = np.linspace(0.0, 10.0, 11)
+  y0 = np.array([[2.0, 0.0], [0.5, 1.0]], np.float32)
+  sol = jax.jit(lambda y: ode.dop853(van_der_pol, y, (0.0, 10.0), np.float32([1.5]), t_eval=te,
+                                     rtol=1e-5, atol=1e-7))(y0)
+  assert sol.ys.dtype == jnp.float32 and sol.t_final.dtype == jnp.float32
+  assert np.all(np.asarray(sol.status) == 0)
+  for j in range(2):
+    ref = scipy_dop853(van_der_pol_np([1.5]), (0.0, 10.0), y0[j].astype(np.float64),
+                       rtol=1e-10, atol=1e-12, t_eval=te)
+    np.testing.assert_allclose(sol.ys[j], ref.y.T, rtol=0, atol=2e-4)
+
+
+def test_first_and_max_step_as_scipy():
+  kw = dict(rtol=1e-8, atol=1e-8, first_step=1e-3, max_step=0.05)
+  sol = ode.dop853(van_der_pol, np.array([[2.0, 0.0]]), (0.0, 6.0), [1.0], **kw)
+  ref = scipy_dop853(van_der_pol_np([1.0]), (0.0, 6.0), [2.0, 0.0], **kw)
+  assert int(sol.n_accepted[0]) == len(ref.t) - 1 >= 6.0 / 0.05
+  assert int(sol.n_rhs[0]) == ref.nfev
+  np.testing.assert_allclose(sol.y_final[0], ref.y[:, -1], rtol=1e-12, atol=1e-12)
+
+
+def test_per_trajectory_spans_and_t_eval_outside():
+  te = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+  spans = np.array([[0.0, 4.0], [1.0, 2.5], [2.0, 2.0]])
+  y0 = np.array([[1.0, 0.0], [0.5, 0.5], [0.3, 0.1]])
+  sol = ode.dop853(forced, y0, spans, [1.0, 0.0, 0.0, 0.0], t_eval=te, rtol=1e-12, atol=1e-12)
+  assert np.all(np.asarray(sol.status) == 0)
+  ys = np.asarray(sol.ys)
+  np.testing.assert_allclose(ys[0, :, 0], np.cos(te), atol=1e-10)
+  assert np.all(np.isnan(ys[1, [0, 3, 4]])) and np.all(np.isfinite(ys[1, [1, 2]]))
+  c, s = np.cos(te[1:3] - 1.0), np.sin(te[1:3] - 1.0)
+  np.testing.assert_allclose(ys[1, 1:3, 0], 0.5 * c + 0.5 * s, atol=1e-10)
+  # t0 == t1: nothing integrated, the state at t0 reported (as scipy)
+  np.testing.assert_array_equal(ys[2, 2], y0[2])
+  assert np.all(np.isnan(ys[2, [0, 1, 3, 4]]))
+  assert int(sol.n_steps[2]) == 0 and int(sol.n_rhs[2]) == 1 and float(sol.t_final[2]) == 2.0
+
+
+# --- orbits -----------------------------------------------------------------------------------
+
+def kepler_propagate(y0, t):
+  """Analytic two-body propagation (jaxext.kepler for the eccentric anomaly)."""
+  r0, v0 = y0[:3], y0[3:]
+  h = np.cross(r0, v0)
+  energy = v0 @ v0 / 2 - MU / np.linalg.norm(r0)
+  a = -MU / (2 * energy)
+  evec = np.cross(v0, h) / MU - r0 / np.linalg.norm(r0)
+  e = np.linalg.norm(evec)
+  p_hat = evec / e
+  q_hat = np.cross(h / np.linalg.norm(h), p_hat)
+  n = np.sqrt(MU / a ** 3)
+  cos_e0 = (1 - np.linalg.norm(r0) / a) / e
+  sin_e0 = (r0 @ v0) / (e * np.sqrt(MU * a))
+  e0 = np.arctan2(sin_e0, cos_e0)
+  m = e0 - e * np.sin(e0) + n * np.asarray(t)
+  s, c = (np.asarray(x) for x in jaxext.kepler(m, np.full_like(m, e)))
+  b = a * np.sqrt(1 - e * e)
+  pos = (a * (c - e))[:, None] * p_hat + (b * s)[:, None] * q_hat
+  edot = n / (1 - e * c)
+  vel = (-a * s * edot)[:, None] * p_hat + (b * c * edot)[:, None] * q_hat
+  return np.concatenate([pos, vel], axis=1)
+
+
+def test_two_body_against_kepler_and_conservation():
+  y0 = np.stack([elements_state(7000.0, 0.01, 0.9, 0.3, 0.5, 0.0),
+                 elements_state(24396.0, 0.73, 0.5, 1.0, 3.0, 0.2),
+                 elements_state(42164.0, 0.001, 0.01, 0.0, 0.0, 1.0)])
+  te = np.linspace(0.0, 86400.0, 25)
+  sol = ode.dop853(models.two_body(), y0, (0.0, 86400.0), t_eval=te, rtol=1e-12, atol=1e-12)
+  assert np.all(np.asarray(sol.status) == 0)
+  for j in range(3):
+    exact = kepler_propagate(y0[j], te)
+    scale = np.linalg.norm(y0[j, :3])
+    np.testing.assert_allclose(sol.ys[j, :, :3], exact[:, :3], rtol=0, atol=1e-8 * scale)
+    ys = np.asarray(sol.ys[j])
+    energy = np.sum(ys[:, 3:] ** 2, 1) / 2 - MU / np.linalg.norm(ys[:, :3], axis=1)
+    h = np.cross(ys[:, :3], ys[:, 3:])
+    assert np.abs(energy / energy[0] - 1).max() < 1e-10
+    assert np.abs(np.linalg.norm(h - h[0], axis=1) / np.linalg.norm(h[0])).max() < 1e-10
+
+
+def test_j2_secular_node_and_perigee_rates():
+  a, e, inc = 7200.0, 0.05, np.radians(50.0)
+  y0 = elements_state(a, e, inc, 0.4, 0.7, 0.0)[None]
+  days = 10
+  te = np.linspace(0.0, days * 86400.0, 20 * days + 1)
+  sol = ode.dop853(models.earth(j2=True), y0, (0.0, te[-1]), t_eval=te, rtol=1e-11, atol=1e-11)
+  ys = np.asarray(sol.ys[0])
+  r, v = ys[:, :3], ys[:, 3:]
+  h = np.cross(r, v)
+  node = np.unwrap(np.arctan2(h[:, 0], -h[:, 1]))
+  evec = np.cross(v, h) / MU - r / np.linalg.norm(r, axis=1)[:, None]
+  nvec = np.stack([np.cos(node), np.sin(node), np.zeros_like(node)], 1)
+  argp = np.unwrap(np.arctan2(np.einsum("ij,ij->i", np.cross(nvec, evec), h /
+                                        np.linalg.norm(h, axis=1)[:, None]),
+                              np.einsum("ij,ij->i", nvec, evec)))
+  n = np.sqrt(MU / a ** 3)
+  k = 1.5 * n * models.EARTH_J2 * (RE / (a * (1 - e * e))) ** 2
+  node_rate, argp_rate = -k * np.cos(inc), k * (2 - 2.5 * np.sin(inc) ** 2)
+  assert abs(np.polyfit(te, node, 1)[0] / node_rate - 1) < 0.01
+  assert abs(np.polyfit(te, argp, 1)[0] / argp_rate - 1) < 0.02
+
+
+# One smooth density band: the table's bands meet with density jumps of up to 0.1%, and a step
+# across a jump makes two correct integrations differ by more than their tolerance.
+SMOOTH_AIR = models.Atmosphere(base_altitude=(300.0,), density=(2.418e-11,), scale_height=(53.628,))
+
+
+@pytest.mark.parametrize("model", [
+    models.earth(j2=True, j3=True, j4=True),
+    models.Model(j2=models.EARTH_J2, atmosphere=SMOOTH_AIR, name="J2 + drag"),
+], ids=["zonal", "j2_drag"])
+def test_built_in_models_against_independent_numpy(model):
+  y0 = np.stack([circular_state(350.0, 0.9, 0.1, 0.2), circular_state(800.0, 1.7, 2.0, 1.0),
+                 elements_state(24396.0, 0.73, 0.4, 1.0, 3.0, 0.0)])
+  p = np.array([[0.02], [0.005], [0.01]])
+  te = np.linspace(0.0, 6 * 3600.0, 13)
+  sol = ode.dop853(model, y0, (0.0, te[-1]), p, t_eval=te, rtol=1e-10, atol=1e-10)
+  assert np.all(np.asarray(sol.status) == 0)
+  for j in range(3):
+    ref = scipy_dop853(model_np(model, p[j]), (0.0, te[-1]), y0[j], rtol=1e-10, atol=1e-10,
+                       t_eval=te)
+    # Both integrations are accurate to ~1e-10 relative: positions agree to a centimetre.
+    np.testing.assert_allclose(sol.ys[j, :, :3], ref.y[:3].T, rtol=0, atol=1e-5)  # km
+    # Same algorithm and model: the step counts agree up to roundoff-level ties.
+    assert abs(int(sol.n_rhs[j]) - ref.nfev) <= 15
+
+
+def test_drag_lowers_the_orbit():
+  y0 = np.stack([circular_state(300.0, 0.9)] * 3)
+  b = np.array([[0.0], [0.01], [0.05]])
+  sol = ode.dop853(models.earth(j2=False, drag=True), y0, (0.0, 86400.0), b, rtol=1e-10,
+                   atol=1e-10)
+  energy = np.sum(np.asarray(sol.y_final)[:, 3:] ** 2, 1) / 2 - MU / np.linalg.norm(
+      np.asarray(sol.y_final)[:, :3], axis=1)
+  e0 = np.sum(y0[0, 3:] ** 2) / 2 - MU / np.linalg.norm(y0[0, :3])
+  assert abs(energy[0] / e0 - 1) < 1e-9
+  assert e0 > energy[1] > energy[2]
+
+
+def test_atmosphere_table_is_continuous():
+  atm = models.EXPONENTIAL_ATMOSPHERE
+  b = np.asarray(atm.base_altitude, float)
+  below = atm.density_at(b[1:] - 1e-9)
+  np.testing.assert_allclose(below, np.asarray(atm.density)[1:], rtol=2e-3)
+
+
+# --- events -----------------------------------------------------------------------------------
+
+@ode.event
+def crosses_zero(t, y, p):
+  return y[0]
+
+
+def test_events_at_known_times_and_counts():
+  # y'' = -y from (1, 0): y = cos t crosses zero at pi/2 + k pi; up-crossings at 3pi/2 + 2k pi.
+  up = ode.event(lambda t, y, p: y[0], direction=1, name="up")
+  down = ode.event(lambda t, y, p: y[0], direction=-1, name="down")
+  sol = ode.dop853(forced, np.array([[1.0, 0.0]]), (0.0, 20.0), [1.0, 0.0, 0.0, 0.0],
+                   events=[crosses_zero, up, down], event_slots=4, rtol=1e-12, atol=1e-12)
+  counts = np.asarray(sol.event_counts[0])
+  assert counts.tolist() == [6, 3, 3]  # 6 crossings before t = 20; only 4 stored
+  te = np.asarray(sol.t_events[0])
+  np.testing.assert_allclose(te[0], np.pi / 2 + np.pi * np.arange(4), rtol=0, atol=1e-11)
+  np.testing.assert_allclose(te[1, :3], 1.5 * np.pi + 2 * np.pi * np.arange(3), atol=1e-11)
+  np.testing.assert_allclose(te[2, :3], 0.5 * np.pi + 2 * np.pi * np.arange(3), atol=1e-11)
+  assert np.isnan(te[1, 3]) and np.isnan(te[2, 3])
+  np.testing.assert_allclose(sol.y_events[0, 0, :, 0], 0.0, atol=1e-11)
+  np.testing.assert_allclose(np.abs(sol.y_events[0, 0, :, 1]), 1.0, atol=1e-11)
+
+
+def test_terminal_events_match_scipy():
+  def g(t, y):
+    return y[0] - 0.5
+  g.terminal = 2
+  g.direction = -1
+  p = [2.0, 0.1, 0.3, 1.1]
+  ref = scipy_dop853(forced_np(p), (0.0, 30.0), [1.0, 0.0], rtol=1e-10, atol=1e-10, events=[g])
+
+  def g2(t, y, p):
+    return y[0] - 0.5
+  g2.terminal = 2
+  g2.direction = -1
+  te = np.linspace(0.0, 30.0, 61)
+  sol = ode.dop853(forced, np.array([[1.0, 0.0]]), (0.0, 30.0), p, events=[g2], rtol=1e-10,
+                   atol=1e-10, t_eval=te)
+  assert int(sol.status[0]) == ode.Status.EVENT == ref.status
+  assert int(sol.event_counts[0, 0]) == 2 == len(ref.t_events[0])
+  np.testing.assert_allclose(sol.t_events[0, 0, :2], ref.t_events[0], rtol=1e-13)
+  np.testing.assert_allclose(sol.y_events[0, 0, :2], ref.y_events[0], rtol=0, atol=1e-12)
+  assert float(sol.t_final[0]) == pytest.approx(ref.t_events[0][1], rel=1e-14)
+  np.testing.assert_allclose(sol.y_final[0, 0], 0.5, atol=1e-12)
+  ys = np.asarray(sol.ys[0])
+  reached = te <= ref.t_events[0][1]
+  assert np.all(np.isfinite(ys[reached])) and np.all(np.isnan(ys[~reached]))
+
+
+def test_decay_altitude_event_built_in():
+  y0 = np.stack([circular_state(200.0, 0.9), circular_state(200.0, 0.9)])
+  b = np.array([[0.0], [0.2]])  # only the second decays within a day
+  sol = ode.dop853(models.earth(j2=True, drag=True), y0, (0.0, 86400.0), b, rtol=1e-9, atol=1e-9,
+                   events=[models.altitude_event(120.0)])
+  assert np.asarray(sol.status).tolist() == [0, 1]
+  assert np.asarray(sol.event_counts[:, 0]).tolist() == [0, 1]
+  t_hit = float(sol.t_events[1, 0, 0])
+  assert 0 < t_hit < 86400 and float(sol.t_final[1]) == t_hit
+  assert np.linalg.norm(np.asarray(sol.y_final[1, :3])) == pytest.approx(RE + 120.0, abs=1e-6)
+
+
+# --- statuses and bad rows ----------------------------------------------------------------------
+
+def test_statuses():
+  sol = ode.dop853(blow_up, np.array([[1.0]]), (0.0, 2.0), rtol=1e-8, atol=1e-8)
+  ref = scipy_dop853(lambda t, y: y * y, (0.0, 2.0), [1.0], rtol=1e-8, atol=1e-8)
+  assert ref.status == -1 and int(sol.status[0]) == ode.Status.STEP_TOO_SMALL
+  assert float(sol.t_final[0]) == pytest.approx(ref.t[-1], rel=1e-12)
+  sol = ode.dop853(van_der_pol, np.array([[2.0, 0.0]]), (0.0, 20.0), [1.0], max_steps=10)
+  assert int(sol.status[0]) == ode.Status.MAX_STEPS and int(sol.n_steps[0]) == 10
+  assert float(sol.t_final[0]) < 20.0
+
+
+def test_non_finite_rows_leave_the_others_exact():
+  rng = np.random.default_rng(1)
+  y0 = rng.uniform(-1, 1, (6, 2))
+  mu = rng.uniform(0.5, 2, (6, 1))
+  te = np.linspace(0, 5, 6)
+  good = ode.dop853(van_der_pol, y0, (0.0, 5.0), mu, t_eval=te)
+  y0_bad, mu_bad = y0.copy(), mu.copy()
+  y0_bad[1, 0] = np.nan
+  mu_bad[3, 0] = np.inf
+  y0_bad[4, 1] = -np.inf
+  bad = ode.dop853(van_der_pol, y0_bad, (0.0, 5.0), mu_bad, t_eval=te)
+  status = np.asarray(bad.status)
+  assert status.tolist() == [0, -3, 0, -3, -3, 0]
+  ok = status == 0
+  np.testing.assert_array_equal(np.asarray(bad.ys)[ok], np.asarray(good.ys)[ok])
+  np.testing.assert_array_equal(np.asarray(bad.n_rhs)[ok], np.asarray(good.n_rhs)[ok])
+  assert np.all(np.isnan(np.asarray(bad.ys)[~ok]))
+
+
+def test_user_exception_raises():
+  with pytest.raises(Exception, match="raised an exception"):
+    jax.block_until_ready(ode.dop853(raises, np.array([[0.0]]), (0.0, 1.0)).ys)
+
+
+# --- transformations ----------------------------------------------------------------------------
+
+def test_jit_and_vmap_equal_direct_calls():
+  rng = np.random.default_rng(2)
+  y0 = rng.uniform(-1, 1, (3, 4, 2))
+  mu = rng.uniform(0.5, 2, (3, 4, 1))
+  te = np.linspace(0, 3, 4)
+  run = lambda y, p: ode.dop853(van_der_pol, y, (0.0, 3.0), p, t_eval=te, rtol=1e-9, atol=1e-9)
+  batched = jax.jit(jax.vmap(run))(y0, mu)
+  assert batched.ys.shape == (3, 4, 4, 2)
+  for b in range(3):
+    direct = run(y0[b], mu[b])
+    np.testing.assert_array_equal(batched.ys[b], direct.ys)
+    np.testing.assert_array_equal(batched.n_rhs[b], direct.n_rhs)
+  # shared params (unmapped) and a mapped t_eval (one call per batch element)
+  tes = np.stack([te, te * 0.5, te * 0.25])
+  out = jax.vmap(lambda y, t: ode.dop853(van_der_pol, y, (0.0, 3.0), [1.0], t_eval=t),
+                 in_axes=(0, 0))(y0, tes)
+  for b in range(3):
+    direct = ode.dop853(van_der_pol, y0[b], (0.0, 3.0), [1.0], t_eval=tes[b])
+    np.testing.assert_array_equal(out.ys[b], direct.ys)
+
+
+def test_gradients_not_yet_available():
+  with pytest.raises(NotImplementedError, match="variational"):
+    jax.grad(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0]).y_final.sum())(
+        np.array([[1.0, 0.0]]))
+
+
+# --- argument errors ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(rtol=0.0), ValueError, "rtol"),
+    (dict(atol=-1.0), ValueError, "atol"),
+    (dict(atol=[1e-9, 1e-9, 1e-9]), ValueError, "atol"),
+    (dict(y0=np.zeros(2)), ValueError, "y0"),
+    (dict(y0=np.zeros((1, 2), complex)), TypeError, "y0"),
+    (dict(t_span=(0.0, 1.0, 2.0)), ValueError, "t_span"),
+    (dict(t_eval=[0.0, 0.5, 0.4]), ValueError, "t_eval"),
+    (dict(t_eval=[1.0, 0.5]), ValueError, "t_eval"),
+    (dict(params=np.zeros((3, 1))), ValueError, "params"),
+    (dict(max_steps=0), ValueError, "max_steps"),
+    (dict(first_step=5.0), ValueError, "first_step"),
+    (dict(max_step=-1.0), ValueError, "max_step"),
+    (dict(events=[1.0]), TypeError, "events"),
+    (dict(events=[crosses_zero] * 17), ValueError, "events"),
+    (dict(event_slots=0), ValueError, "event_slots"),
+    (dict(rhs=3), TypeError, "rhs"),
+    (dict(rhs=models.two_body()), ValueError, "y0"),
+])
+def test_bad_arguments(kwargs, error, match):
+  args = dict(rhs=van_der_pol, y0=np.zeros((2, 2)), t_span=(0.0, 1.0), params=[1.0])
+  args.update(kwargs)
+  rhs, y0, t_span = args.pop("rhs"), args.pop("y0"), args.pop("t_span")
+  with pytest.raises(error, match=match):
+    ode.dop853(rhs, y0, t_span, **args)
+
+
+def test_drag_needs_its_parameter():
+  with pytest.raises(ValueError, match="params"):
+    ode.dop853(models.earth(drag=True), np.zeros((2, 6)), (0.0, 1.0))
+
+
+def test_tiny_rtol_is_raised_with_a_warning():
+  with pytest.warns(UserWarning, match="rtol"):
+    ode.dop853(van_der_pol, np.array([[1.0, 0.0]]), (0.0, 0.1), [1.0], rtol=1e-16)
