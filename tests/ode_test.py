@@ -26,6 +26,7 @@ jax.config.update("jax_enable_x64", True)
 import jaxext  # noqa: E402
 from jaxext import ode  # noqa: E402
 from jaxext.ode import models  # noqa: E402
+from jax.test_util import check_grads  # noqa: E402
 
 MU, RE = models.EARTH_MU, models.EARTH_RADIUS
 
@@ -489,10 +490,97 @@ def test_jit_and_vmap_equal_direct_calls():
     np.testing.assert_array_equal(out.ys[b], direct.ys)
 
 
-def test_gradients_not_yet_available():
-  with pytest.raises(NotImplementedError, match="variational"):
+# --- derivatives (variational equations) ------------------------------------------------------
+
+def van_der_pol_jacobian(t, y, p, dfdy, dfdp):
+  dfdy[0, 0] = 0.0
+  dfdy[0, 1] = 1.0
+  dfdy[1, 0] = -2.0 * p[0] * y[0] * y[1] - 1.0
+  dfdy[1, 1] = p[0] * (1.0 - y[0] * y[0])
+  dfdp[0, 0] = 0.0
+  dfdp[1, 0] = (1.0 - y[0] * y[0]) * y[1]
+
+
+van_der_pol_j = ode.rhs(van_der_pol.fn, jacobian=van_der_pol_jacobian, name="van_der_pol_j")
+
+
+def test_gradients_check_grads_user_rhs():
+  te = np.linspace(0.0, 4.0, 5)
+  f = lambda y0, mu: ode.dop853(van_der_pol_j, y0, (0.0, 4.0), mu, t_eval=te, rtol=1e-12,
+                                atol=1e-12).ys
+  y0 = np.array([[2.0, 0.0], [0.5, -0.3]])
+  mu = np.array([[1.0], [2.5]])
+  check_grads(f, (y0, mu), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("model", [models.earth(j2=True, j3=True, j4=True),
+                                   models.Model(j2=models.EARTH_J2, atmosphere=SMOOTH_AIR)],
+                         ids=["zonal", "j2_drag"])
+def test_gradients_check_grads_models(model):
+  y0 = np.stack([circular_state(350.0, 0.9, 0.1, 0.2), elements_state(9000.0, 0.2, 0.5, 1, 2, 0)])
+  b = np.array([[0.02], [0.01]])
+  f = lambda y0, b: ode.dop853(model, y0, (0.0, 3000.0), b, rtol=1e-12, atol=1e-12).y_final
+  check_grads(f, (y0, b), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+
+
+def test_gradients_against_scipy_finite_differences():
+  model = models.Model(j2=models.EARTH_J2, atmosphere=SMOOTH_AIR)
+  y0 = circular_state(320.0, 0.7, 0.3, 0.1)
+  b = 0.03
+  t1 = 5400.0
+  jac = jax.jacobian(lambda y, b: ode.dop853(model, y[None], (0.0, t1), b[None], rtol=1e-12,
+                                             atol=1e-12).y_final[0], argnums=(0, 1))
+  d_y0, d_b = (np.asarray(x) for x in jac(y0, np.array([b])))
+  final = lambda y, b: scipy_dop853(model_np(model, [b]), (0.0, t1), y, rtol=1e-13,
+                                    atol=1e-13).y[:, -1]
+  # Steps large enough that the reference's roundoff noise (its gravity is a numerical gradient)
+  # stays below the central differences' O(h^2) error, itself ~1e-8 relative here.
+  steps = [0.1, 0.1, 0.1, 1e-4, 1e-4, 1e-4]  # km, km/s
+  for k in (0, 2, 4):
+    e = np.zeros(6)
+    e[k] = steps[k]
+    fd = (final(y0 + e, b) - final(y0 - e, b)) / (2 * steps[k])
+    np.testing.assert_allclose(d_y0[:, k], fd, rtol=1e-6, atol=1e-6 * np.abs(fd).max())
+  fd = (final(y0, b * 1.01) - final(y0, b * 0.99)) / (0.02 * b)
+  np.testing.assert_allclose(d_b[:, 0], fd, rtol=1e-5, atol=1e-5 * np.abs(fd).max())
+
+
+def test_differentiating_leaves_the_solution_unchanged():
+  y0 = np.array([[2.0, 0.0], [0.5, -0.3]])
+  mu = np.array([[1.0], [2.5]])
+  te = np.linspace(0.0, 4.0, 5)
+  run = lambda y: ode.dop853(van_der_pol_j, y, (0.0, 4.0), mu, t_eval=te)
+  primal, tangent = jax.jvp(run, (y0,), (np.ones_like(y0),))
+  plain = run(y0)
+  for a, b in zip(primal, plain):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # same steps, same values
+  assert tangent.ys.shape == plain.ys.shape
+
+
+def test_gradients_under_vmap_and_shared_params():
+  y0 = np.array([[[2.0, 0.0]], [[0.5, -0.3]], [[1.0, 1.0]]])
+  loss = lambda y, mu: jnp.sum(ode.dop853(van_der_pol_j, y, (0.0, 2.0), mu, rtol=1e-11,
+                                          atol=1e-11).y_final ** 2)
+  g = jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, None))(y0, np.array([1.3]))
+  for b in range(3):
+    gy, gmu = jax.grad(loss, argnums=(0, 1))(y0[b], np.array([1.3]))
+    np.testing.assert_allclose(g[0][b], gy, rtol=1e-12)
+    np.testing.assert_allclose(g[1][b], gmu, rtol=1e-12)
+  eps = 1e-6
+  fd = (loss(y0[0], np.array([1.3 + eps])) - loss(y0[0], np.array([1.3 - eps]))) / (2 * eps)
+  assert float(g[1][0][0]) == pytest.approx(float(fd), rel=1e-5)
+
+
+def test_gradient_errors():
+  with pytest.raises(ValueError, match="Jacobian"):
     jax.grad(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0]).y_final.sum())(
         np.array([[1.0, 0.0]]))
+  with pytest.raises(NotImplementedError, match="events"):
+    jax.grad(lambda y: ode.dop853(van_der_pol_j, y, (0.0, 1.0), [1.0],
+                                  events=[crosses_zero]).y_final.sum())(np.array([[1.0, 0.0]]))
+  with pytest.raises(NotImplementedError, match="t_span"):
+    jax.grad(lambda t: ode.dop853(van_der_pol_j, np.array([[1.0, 0.0]]), (0.0, t),
+                                  [1.0]).y_final.sum())(1.0)
 
 
 # --- argument errors ----------------------------------------------------------------------------
@@ -532,3 +620,4 @@ def test_drag_needs_its_parameter():
 def test_tiny_rtol_is_raised_with_a_warning():
   with pytest.warns(UserWarning, match="rtol"):
     ode.dop853(van_der_pol, np.array([[1.0, 0.0]]), (0.0, 0.1), [1.0], rtol=1e-16)
+

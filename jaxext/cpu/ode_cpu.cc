@@ -10,6 +10,7 @@
 
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/kernels/dop853.h"
+#include "jaxext/kernels/dual.h"
 #include "jaxext/kernels/orbit.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -62,6 +63,70 @@ struct UserRhs {
 };
 
 template <typename T>
+using NativeJacobian = void (*)(T, const T*, const T*, T*, T*, int32_t*);
+
+// f and its Jacobians df/dy (n x n) and df/dp (n x np), row-major.
+constexpr int kModelDuals = orbit::kStateSize + 1;  // the state and the ballistic coefficient
+
+template <typename T>
+struct ModelJacobian {
+  const orbit::Model<T>* model;
+  const T* p;
+  int64_t np;
+  bool operator()(T t, const T* y, T* f, T* dfdy, T* dfdp) const {
+    using D = Dual<T, kModelDuals>;
+    D yd[orbit::kStateSize], pd[1], fd[orbit::kStateSize];
+    for (int i = 0; i < orbit::kStateSize; ++i) yd[i] = D::Variable(y[i], i);
+    pd[0] = np > 0 ? D::Variable(p[0], orbit::kStateSize) : D(T(0));
+    (*model)(t, yd, pd, fd);
+    for (int i = 0; i < orbit::kStateSize; ++i) {
+      f[i] = fd[i].v;
+      for (int k = 0; k < orbit::kStateSize; ++k) dfdy[i * orbit::kStateSize + k] = fd[i].d[k];
+      for (int64_t c = 0; c < np; ++c) dfdp[i * np + c] = c == 0 ? fd[i].d[orbit::kStateSize] : T(0);
+    }
+    return true;
+  }
+};
+
+template <typename T>
+struct UserJacobian {
+  NativeRhs<T> fn;
+  NativeJacobian<T> jac;
+  const T* p;
+  bool operator()(T t, const T* y, T* f, T* dfdy, T* dfdp) const {
+    int32_t status = 0;
+    fn(t, y, p, f, &status);
+    if (status != 0) return false;
+    jac(t, y, p, dfdy, dfdp, &status);
+    return status == 0;
+  }
+};
+
+// The state augmented with its sensitivities S = d y / d (y0, p) (n x cols, cols = n + np, row-major
+// after the n state components): dS/dt = df/dy S + [0 | df/dp], S(t0) = [I | 0].
+template <typename T, typename Jacobian>
+struct Variational {
+  Jacobian jacobian;
+  int64_t n, np;
+  T* dfdy;  // scratch: n x n
+  T* dfdp;  // scratch: n x np
+  bool operator()(T t, const T* y, T* f) const {
+    if (!jacobian(t, y, f, dfdy, dfdp)) return false;
+    const int64_t cols = n + np;
+    const T* s = y + n;
+    T* ds = f + n;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t c = 0; c < cols; ++c) {
+        T acc = c >= n ? dfdp[i * np + (c - n)] : T(0);
+        for (int64_t k = 0; k < n; ++k) acc += dfdy[i * n + k] * s[k * cols + c];
+        ds[i * cols + c] = acc;
+      }
+    }
+    return true;
+  }
+};
+
+template <typename T>
 struct EventSet {
   int count = 0;
   const int64_t* kinds;
@@ -98,49 +163,54 @@ struct Attrs {
   ffi::Span<const int64_t> event_kinds, event_ids;
   ffi::Span<const double> event_consts;
   ffi::Span<const int64_t> event_directions, event_terminal;
+  int64_t jac_id, sensitivities;
 };
 
-template <typename T, typename Rhs>
-ffi::Error RunRange(int64_t begin, int64_t end, const Attrs& a, const orbit::Model<T>* model,
-                    NativeRhs<T> user, const EventSet<T>& events_proto, int64_t n, int64_t np,
+// Integrates trajectories [begin, end). `make_rhs(p, scratch)` gives trajectory j's right-hand side
+// (p: its parameters; scratch: 2 n^2 + 2 n np elements it may use). With `sensitivities`, the
+// state has n_aug = n + n (n + np) components, the sensitivities starting from [I | 0], and the
+// error is controlled on the first n only (the steps are those of the state alone).
+template <typename T, typename MakeRhs>
+ffi::Error RunRange(int64_t begin, int64_t end, const Attrs& a, MakeRhs make_rhs,
+                    const EventSet<T>& events_proto, int64_t n, int64_t np, int64_t n_aug,
                     int64_t m, int64_t kslots, const T* y0, const T* params, const T* span,
                     const T* t_eval, T* ys, T* t_final, T* y_final, int32_t* stats, T* t_events,
                     T* y_events, int32_t* counts) {
   const int64_t n_events = events_proto.count;
-  std::vector<T> work(dop853::WorkspaceSize(n));
+  std::vector<T> work(dop853::WorkspaceSize(n_aug));
+  std::vector<T> scratch(2 * n * n + 2 * n * std::max<int64_t>(np, 1));
   std::vector<T> tol(2 * n);
+  std::vector<T> start(n_aug);
   for (int64_t i = 0; i < n; ++i) {
     tol[i] = T(a.rtol[i]);
     tol[n + i] = T(a.atol[i]);
   }
   const dop853::Settings<T> settings{tol.data(), tol.data() + n, T(a.first_step), T(a.max_step),
                                      a.max_steps};
+  const int64_t cols = n + np;
   for (int64_t j = begin; j < end; ++j) {
     const T* p = params + j * np;
-    Rhs rhs;
-    if constexpr (std::is_same_v<Rhs, ModelRhs<T>>) {
-      rhs = Rhs{model, p};
-    } else {
-      rhs = Rhs{user, p};
-    }
+    auto rhs = make_rhs(p, scratch.data());
     EventSet<T> events = events_proto;
     events.p = p;
     dop853::Outputs<T> out{t_eval,
                            m,
-                           ys + j * m * n,
+                           ys + j * m * n_aug,
                            kslots,
                            t_events + j * n_events * kslots,
-                           y_events + j * n_events * kslots * n,
+                           y_events + j * n_events * kslots * n_aug,
                            counts + j * n_events,
                            t_final + j,
-                           y_final + j * n,
+                           y_final + j * n_aug,
                            stats + j * 4};
-    dop853::Integrator<T, Rhs, EventSet<T>> integrator(rhs, events, static_cast<int>(n),
-                                                       static_cast<int>(n), settings, work.data());
+    dop853::Integrator<T, decltype(rhs), EventSet<T>> integrator(
+        rhs, events, static_cast<int>(n_aug), static_cast<int>(n), settings, work.data());
     bool params_finite = true;
     for (int64_t k = 0; k < np; ++k) params_finite = params_finite && dop853::Finite(p[k]);
+    for (int64_t i = 0; i < n; ++i) start[i] = y0[j * n + i];
+    for (int64_t i = 0; i < n_aug - n; ++i) start[n + i] = (i % cols == i / cols) ? T(1) : T(0);
     const int32_t status =
-        integrator.Run(span[2 * j], span[2 * j + 1], y0 + j * n, params_finite, out);
+        integrator.Run(span[2 * j], span[2 * j + 1], start.data(), params_finite, out);
     if (status == dop853::kCallbackFailed) {
       return ffi::Error(ffi::ErrorCode::kInternal,
                         "jaxext.ode.dop853: the user function of '" + std::string(a.name) +
@@ -171,13 +241,16 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
   const int64_t kslots = n_events > 0 ? static_cast<int64_t>(t_events->element_count()) /
                                             std::max<int64_t>(1, count * n_events)
                                       : 0;
-  if (np < 0 || params.dimensions()[0] != count ||
+  if (np < 0) return ErrorFuture(Invalid("params must have rank 2"));
+  const bool sensitivities = a.sensitivities != 0;
+  const int64_t n_aug = sensitivities ? n + n * (n + np) : n;
+  if (params.dimensions()[0] != count ||
       static_cast<int64_t>(t_span.element_count()) != 2 * count ||
-      static_cast<int64_t>(ys->element_count()) != count * m * n ||
+      static_cast<int64_t>(ys->element_count()) != count * m * n_aug ||
       static_cast<int64_t>(t_final->element_count()) != count ||
-      static_cast<int64_t>(y_final->element_count()) != count * n ||
+      static_cast<int64_t>(y_final->element_count()) != count * n_aug ||
       static_cast<int64_t>(stats->element_count()) != 4 * count ||
-      static_cast<int64_t>(y_events->element_count()) != count * n_events * kslots * n ||
+      static_cast<int64_t>(y_events->element_count()) != count * n_events * kslots * n_aug ||
       static_cast<int64_t>(event_counts->element_count()) != count * n_events) {
     return ErrorFuture(Invalid("operand and result shapes disagree"));
   }
@@ -188,6 +261,7 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
 
   orbit::Model<T> model;
   NativeRhs<T> user = nullptr;
+  NativeJacobian<T> user_jacobian = nullptr;
   if (a.rhs_id == 0) {
     if (!model.Decode(a.model.begin(), static_cast<int64_t>(a.model.size()))) {
       return ErrorFuture(Invalid("malformed built-in model constants"));
@@ -205,6 +279,13 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
           "jaxext.ode.dop853: right-hand side '" + std::string(a.name) +
               "' is not compiled in this process (an exported or cached executable "
               "needs jaxext.ode.dop853 called once with the same function first)"));
+    }
+    if (sensitivities) {
+      user_jacobian = reinterpret_cast<NativeJacobian<T>>(Lookup(a.jac_id));
+      if (user_jacobian == nullptr) {
+        return ErrorFuture(Invalid("the Jacobian of '" + std::string(a.name) +
+                                   "' is not compiled in this process"));
+      }
     }
   }
   EventSet<T> events;
@@ -241,12 +322,25 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
   // Trajectories cost from microseconds to seconds each: hand them out a few at a time.
   const int64_t block = std::max<int64_t>(1, count / (16 * (pool.num_threads() + 1)));
   return ParallelForDynamic(pool, count, block, [=](int64_t begin, int64_t end) {
-    if (user == nullptr) {
-      return RunRange<T, ModelRhs<T>>(begin, end, a, &model, nullptr, events, n, np, m, kslots,
-                                      y0p, pp, sp, tp, ysp, tfp, yfp, stp, tep, yep, cp);
+    auto run = [&](auto make_rhs) {
+      return RunRange<T>(begin, end, a, make_rhs, events, n, np, n_aug, m, kslots, y0p, pp, sp, tp,
+                         ysp, tfp, yfp, stp, tep, yep, cp);
+    };
+    const orbit::Model<T>* mp = &model;
+    if (!sensitivities) {
+      if (user == nullptr) return run([mp](const T* p, T*) { return ModelRhs<T>{mp, p}; });
+      return run([user](const T* p, T*) { return UserRhs<T>{user, p}; });
     }
-    return RunRange<T, UserRhs<T>>(begin, end, a, nullptr, user, events, n, np, m, kslots, y0p,
-                                   pp, sp, tp, ysp, tfp, yfp, stp, tep, yep, cp);
+    if (user == nullptr) {
+      return run([mp, n, np](const T* p, T* scratch) {
+        return Variational<T, ModelJacobian<T>>{ModelJacobian<T>{mp, p, np}, n, np, scratch,
+                                                scratch + n * n};
+      });
+    }
+    return run([user, user_jacobian, n, np](const T* p, T* scratch) {
+      return Variational<T, UserJacobian<T>>{UserJacobian<T>{user, user_jacobian, p}, n, np,
+                                             scratch, scratch + n * n};
+    });
   });
 }
 
@@ -262,10 +356,12 @@ ffi::Future Dop853Impl(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer p
                        ffi::Span<const int64_t> event_kinds, ffi::Span<const int64_t> event_ids,
                        ffi::Span<const double> event_consts,
                        ffi::Span<const int64_t> event_directions,
-                       ffi::Span<const int64_t> event_terminal) {
-  const Attrs a{rhs_id,     name,      model,      rtol,        atol,
-                first_step, max_step,  max_steps,  n_events,    event_kinds,
-                event_ids,  event_consts, event_directions, event_terminal};
+                       ffi::Span<const int64_t> event_terminal, int64_t jac_id,
+                       int64_t sensitivities) {
+  const Attrs a{rhs_id,    name,         model,           rtol,           atol,
+                first_step, max_step,    max_steps,       n_events,       event_kinds,
+                event_ids, event_consts, event_directions, event_terminal, jac_id,
+                sensitivities};
   if (stats->element_type() != ffi::DataType::S32 ||
       event_counts->element_type() != ffi::DataType::S32) {
     return ErrorFuture(Invalid("stats and event counts must be int32"));
@@ -316,7 +412,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextDop853Cpu, Dop853Impl,
                                   .Attr<ffi::Span<const int64_t>>("event_ids")
                                   .Attr<ffi::Span<const double>>("event_consts")
                                   .Attr<ffi::Span<const int64_t>>("event_directions")
-                                  .Attr<ffi::Span<const int64_t>>("event_terminal"));
+                                  .Attr<ffi::Span<const int64_t>>("event_terminal")
+                                  .Attr<int64_t>("jac_id")
+                                  .Attr<int64_t>("sensitivities"));
 
 }  // namespace cpu
 }  // namespace jaxext

@@ -64,49 +64,55 @@ struct Model {
   // Parameters each trajectory needs (B for drag).
   JAXEXT_HD int num_params() const { return drag ? 1 : 0; }
 
-  JAXEXT_HD T Density(T altitude) const {
+  // S: T, or jaxext::Dual<T, K> for the Jacobian (jaxext/kernels/dual.h).
+  template <typename S>
+  JAXEXT_HD S Density(const S& altitude) const {
+    using std::exp;
     int b = 0;
     while (b + 1 < bands && h0[b + 1] <= altitude) ++b;
     return rho0[b] * exp((h0[b] - altitude) * inv_scale_height[b]);
   }
 
-  // dydt = f(t, y; p).
-  JAXEXT_HD_FUNC void operator()(T /*t*/, const T* y, const T* p, T* dydt) const {
-    const T x = y[0], yy = y[1], z = y[2];
-    const T r2 = x * x + yy * yy + z * z;
-    const T r = sqrt(r2);
-    const T inv_r2 = T(1) / r2;
-    const T mu_r3 = mu / (r2 * r);
-    T ax = -mu_r3 * x, ay = -mu_r3 * yy, az = -mu_r3 * z;
+  // dydt = f(t, y; p), in T or in dual numbers.
+  template <typename S>
+  JAXEXT_HD_FUNC void operator()(T /*t*/, const S* y, const S* p, S* dydt) const {
+    using std::exp;
+    using std::sqrt;
+    const S x = y[0], yy = y[1], z = y[2];
+    const S r2 = x * x + yy * yy + z * z;
+    const S r = sqrt(r2);
+    const S inv_r2 = T(1) / r2;
+    const S mu_r3 = mu / (r2 * r);
+    S ax = -mu_r3 * x, ay = -mu_r3 * yy, az = -mu_r3 * z;
     if (j2 != 0 || j3 != 0 || j4 != 0) {
-      const T zr2 = z * z * inv_r2;  // (z/r)^2
-      const T rr = radius / r;
-      const T mu_r3_rr2 = mu_r3 * rr * rr;  // mu R^2 / r^5
+      const S zr2 = z * z * inv_r2;  // (z/r)^2
+      const S rr = radius / r;
+      const S mu_r3_rr2 = mu_r3 * rr * rr;  // mu R^2 / r^5
       if (j2 != 0) {
-        const T f = T(-1.5) * j2 * mu_r3_rr2;
-        const T q = T(1) - T(5) * zr2;
+        const S f = T(-1.5) * j2 * mu_r3_rr2;
+        const S q = T(1) - T(5) * zr2;
         ax += f * x * q;
         ay += f * yy * q;
         az += f * z * (q + T(2));
       }
       if (j3 != 0) {
-        const T f = T(-2.5) * j3 * mu_r3_rr2 * rr / r;  // -5/2 J3 mu R^3 / r^7
-        const T q = z * (T(3) - T(7) * zr2);
+        const S f = T(-2.5) * j3 * mu_r3_rr2 * rr / r;  // -5/2 J3 mu R^3 / r^7
+        const S q = z * (T(3) - T(7) * zr2);
         ax += f * x * q;
         ay += f * yy * q;
         az += f * r2 * (T(6) * zr2 - T(7) * zr2 * zr2 - T(0.6));
       }
       if (j4 != 0) {
-        const T f = j4 * mu_r3_rr2 * rr * rr * T(0.125);  // J4 mu R^4 / r^7 / 8
+        const S f = j4 * mu_r3_rr2 * rr * rr * T(0.125);  // J4 mu R^4 / r^7 / 8
         ax += T(15) * f * x * (T(1) - T(14) * zr2 + T(21) * zr2 * zr2);
         ay += T(15) * f * yy * (T(1) - T(14) * zr2 + T(21) * zr2 * zr2);
         az += T(5) * f * z * (T(15) - T(70) * zr2 + T(63) * zr2 * zr2);
       }
     }
     if (drag) {
-      const T vx = y[3] + omega * yy, vy = y[4] - omega * x, vz = y[5];
-      const T v = sqrt(vx * vx + vy * vy + vz * vz);
-      const T k = -drag_scale * p[0] * Density(r - radius) * v;
+      const S vx = y[3] + omega * yy, vy = y[4] - omega * x, vz = y[5];
+      const S v = sqrt(vx * vx + vy * vy + vz * vz);
+      const S k = -drag_scale * p[0] * Density(r - radius) * v;
       ax += k * vx;
       ay += k * vy;
       az += k * vz;

@@ -1,6 +1,7 @@
 """Numba compilation of jaxext.ode's user functions into the native signatures of ode_cpu.h.
 
     right-hand side  void entry(T t, T* y, T* p, T* dydt, int32* status)
+    Jacobian         void entry(T t, T* y, T* p, T* dfdy, T* dfdp, int32* status)
     event            T entry(T t, T* y, T* p, int32* status)
 
 The state and parameter sizes are compile-time constants of the generated wrapper (one compilation
@@ -48,6 +49,28 @@ def compile_rhs(fn, name: str, dtype, n: int, p: int) -> int:
       entry_type=nbtypes.void(t, ptr, ptr, ptr, nbtypes.CPointer(nbtypes.int32)),
       what=f"jaxext.ode right-hand side '{name}'",
       describe=f"rhs(t: {dt}, y: {dt}[{n}], p: {dt}[{p}], dydt: {dt}[{n}])")
+  return _register(entry)
+
+
+def compile_jacobian(fn, name: str, dtype, n: int, p: int) -> int:
+  """The content id of `fn(t, y, p, dfdy, dfdp)` (Jacobians of a right-hand side) for (dtype, n, p)."""
+  dt = np.dtype(dtype).name
+  t = _NB[dt]
+  ptr = nbtypes.CPointer(t)
+  source = "\n".join([
+      "def jaxext_entry(t, y, p, dfdy, dfdp, status):",
+      "    try:",
+      f"        kernel(t, carray(y, ({n},), DTYPE_{dt}), carray(p, ({p},), DTYPE_{dt}),",
+      f"               carray(dfdy, ({n}, {n}), DTYPE_{dt}), carray(dfdp, ({n}, {p}), DTYPE_{dt}))",
+      "    except Exception:",
+      "        status[0] = 1",
+      ""])
+  entry = compile_cpu.compile_entry(
+      fn, name, key=("ode-jacobian", dt, n, p), source=source,
+      entry_type=nbtypes.void(t, ptr, ptr, ptr, ptr, nbtypes.CPointer(nbtypes.int32)),
+      what=f"jaxext.ode Jacobian of '{name}'",
+      describe=f"jacobian(t: {dt}, y: {dt}[{n}], p: {dt}[{p}], dfdy: {dt}[{n},{n}], "
+               f"dfdp: {dt}[{n},{p}])")
   return _register(entry)
 
 

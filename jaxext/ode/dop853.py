@@ -7,7 +7,9 @@ stepping on its own (no lockstep, unlike jax.vmap of a while loop).
 
 The primitive `dop853_p` is defined as jaxlib defines its ops: abstract evaluation, a CPU lowering
 to the FFI target `jaxext_dop853` (partitioned along the trajectory axis under jit sharding), and a
-batching rule (vmap folds into the trajectory axis). Derivatives are not available yet.
+batching rule (vmap folds into the trajectory axis), and a JVP through the variational equations
+(forward sensitivities with respect to y0 and params, integrated with the state on its own steps;
+linear in the tangents, so jax.grad works too).
 """
 
 from __future__ import annotations
@@ -107,6 +109,13 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
     A `Solution` (see its fields). Non-finite inputs of one trajectory set its status to NON_FINITE
     and leave the others untouched.
 
+  Derivatives: jax.jvp / jax.grad / jax.jacobian of `ys` and `y_final` with respect to y0 and
+  params, through the variational equations integrated with the state on the state's own steps
+  (the error is controlled on the state; the solution is bitwise the same as without derivatives).
+  Built-in models use their exact Jacobians (dual numbers through the same C++ model); a Python
+  right-hand side needs `@jaxext.ode.rhs(jacobian=...)`. Not yet: runs with events, derivatives
+  with respect to t_span or t_eval, second derivatives.
+
   Raises:
     TypeError / ValueError at trace time for bad arguments (the message names the argument).
   """
@@ -131,6 +140,7 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
                         f"got {type(rhs).__name__}")
       rhs = functions.Rhs(fn=rhs, name=getattr(rhs, "__name__", "rhs"))
     rhs_id, name, constants, needs = None, rhs.name, (0.0,), 0
+  jac_id = 0
 
   # Parameters, time span, output times.
   if params is None:
@@ -192,6 +202,8 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
     native = _native_module()
   if rhs_id is None:
     rhs_id = native.compile_rhs(rhs.fn, name, dtype, n, p)
+    if rhs.jacobian is not None:
+      jac_id = native.compile_jacobian(rhs.jacobian, name, dtype, n, p)
   spec = []
   for i, e in enumerate(events):
     if e.fn is None:
@@ -205,7 +217,8 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
   outs = dop853_p.bind(y0, params, t_span, t_eval, rhs_id=int(rhs_id), name=str(name),
                        model=constants, rtol=rtol, atol=atol, first_step=float(first_step),
                        max_step=float(max_step), max_steps=max_steps, events=tuple(spec),
-                       event_slots=event_slots if spec else 0)
+                       event_slots=event_slots if spec else 0, jac_id=int(jac_id),
+                       sensitivities=False)
   ys, t_final, y_final, stats, t_events, y_events, counts = outs
   return Solution(ys=ys, t_final=t_final, y_final=y_final, status=stats[:, 0],
                   n_steps=stats[:, 1], n_accepted=stats[:, 2], n_rhs=stats[:, 3],
@@ -290,13 +303,18 @@ def _positive(value, what, allow_inf=False):
 
 
 def _result_shapes(count, n, m, n_events, slots, dtype):
+  """n: the state size, or the augmented one (state and sensitivities) with sensitivities."""
   i32 = np.dtype(np.int32)
   return ((count, m, n), dtype), ((count,), dtype), ((count, n), dtype), ((count, 4), i32), \
       ((count, n_events, slots), dtype), ((count, n_events, slots, n), dtype), \
       ((count, n_events), i32)
 
 
-def _abstract_eval(y0, params, t_span, t_eval, *, events, event_slots, **_):
+def _augmented_size(n, p, sensitivities):
+  return n + n * (n + p) if sensitivities else n
+
+
+def _abstract_eval(y0, params, t_span, t_eval, *, events, event_slots, sensitivities, **_):
   count, n = y0.shape
   for x, what in ((params, "params"), (t_span, "t_span"), (t_eval, "t_eval")):
     if x.dtype != y0.dtype:
@@ -304,8 +322,9 @@ def _abstract_eval(y0, params, t_span, t_eval, *, events, event_slots, **_):
   if params.ndim != 2 or params.shape[0] != count or t_span.shape != (count, 2) or \
       t_eval.ndim != 1:
     raise TypeError("dop853_p: operand shapes disagree")
+  n_out = _augmented_size(n, params.shape[1], sensitivities)
   return tuple(jax.core.ShapedArray(s, d) for s, d in
-               _result_shapes(count, n, t_eval.shape[0], len(events), event_slots, y0.dtype))
+               _result_shapes(count, n_out, t_eval.shape[0], len(events), event_slots, y0.dtype))
 
 
 dop853_p.def_abstract_eval(_abstract_eval)
@@ -314,7 +333,7 @@ dop853_p.def_impl(lambda *args, **params: jax.jit(
 
 
 def _lowering(ctx, y0, params, t_span, t_eval, *, platform, rhs_id, name, model, rtol, atol,
-              first_step, max_step, max_steps, events, event_slots):
+              first_step, max_step, max_steps, events, event_slots, jac_id, sensitivities):
   if platform != "cpu":
     raise NotImplementedError(
         f"jaxext.ode.dop853 has no {platform} kernel yet (CPU only in this version)")
@@ -328,11 +347,13 @@ def _lowering(ctx, y0, params, t_span, t_eval, *, platform, rhs_id, name, model,
       first_step=np.float64(first_step), max_step=np.float64(max_step),
       max_steps=np.int64(max_steps), n_events=np.int64(n_events),
       event_kinds=col(0, np.int64), event_ids=col(1, np.int64), event_consts=col(2, np.float64),
-      event_directions=col(3, np.int64), event_terminal=col(4, np.int64))
+      event_directions=col(3, np.int64), event_terminal=col(4, np.int64),
+      jac_id=np.int64(jac_id), sensitivities=np.int64(sensitivities))
 
   def result_types(y0, params, t_span, t_eval):
+    n_out = _augmented_size(y0.shape[1], params.shape[1], sensitivities)
     return tuple(jax.ShapeDtypeStruct(s, d) for s, d in _result_shapes(
-        y0.shape[0], y0.shape[1], t_eval.shape[0], n_events, event_slots, y0.dtype))
+        y0.shape[0], n_out, t_eval.shape[0], n_events, event_slots, y0.dtype))
 
   # Trajectories are independent: split along them, everything else stays whole.
   return _sharding.lower(
@@ -368,10 +389,39 @@ def _batch(args, dims, **params):
 compat.register_batching(dop853_p, _batch)
 
 
-def _jvp(primals, tangents, **params):
-  raise NotImplementedError(
-      "jaxext.ode.dop853: derivatives (jax.jvp/grad with respect to y0 and params, through the "
-      "variational equations) are not implemented yet")
+def _jvp(primals, tangents, *, sensitivities, jac_id, events, **params):
+  """Forward sensitivities: the kernel integrates S = d y / d (y0, p) alongside the state (the
+  variational equations dS/dt = df/dy S + [0 | df/dp], S(t0) = [I | 0]) on the state's own steps,
+  and the tangents are S applied to (dy0, dp): linear in them, so reverse mode follows."""
+  if sensitivities:
+    raise NotImplementedError("jaxext.ode.dop853: second derivatives are not available")
+  y0, p, span, te = primals
+  dy0, dp, dspan, dte = tangents
+  if not (compat.is_zero_tangent(dspan) and compat.is_zero_tangent(dte)):
+    raise NotImplementedError("jaxext.ode.dop853: derivatives with respect to t_span or t_eval are "
+                              "not available (only y0 and params)")
+  if events:
+    raise NotImplementedError("jaxext.ode.dop853: derivatives of solutions with events are not "
+                              "available yet (differentiate a run without events)")
+  if params["rhs_id"] != 0 and jac_id == 0:
+    raise ValueError(f"jaxext.ode.dop853: derivatives need the Jacobian of the right-hand side "
+                     f"'{params['name']}': define it with @jaxext.ode.rhs(jacobian=...)")
+  outs = dop853_p.bind(y0, p, span, te, sensitivities=True, jac_id=jac_id, events=events,
+                       **params)
+  ys_aug, t_final, y_final_aug, stats, t_events, y_events_aug, counts = outs
+  n, cols = y0.shape[1], y0.shape[1] + p.shape[1]
+  ys, y_final = ys_aug[..., :n], y_final_aug[..., :n]
+  s_ys = ys_aug[..., n:].reshape(ys.shape + (cols,))
+  s_final = y_final_aug[..., n:].reshape(y_final.shape + (cols,))
+  dz = jnp.concatenate([compat.instantiate_zeros(dy0), compat.instantiate_zeros(dp)], axis=1)
+  d_ys = jnp.einsum("ntij,nj->nti", s_ys, dz)
+  d_final = jnp.einsum("nij,nj->ni", s_final, dz)
+  y_events = y_events_aug[..., :n]
+  float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
+  primal_out = (ys, t_final, y_final, stats, t_events, y_events, counts)
+  tangent_out = (d_ys, jnp.zeros_like(t_final), d_final, float0(stats), jnp.zeros_like(t_events),
+                 jnp.zeros_like(y_events), float0(counts))
+  return primal_out, tangent_out
 
 
 compat.register_jvp(dop853_p, _jvp)

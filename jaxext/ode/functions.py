@@ -23,17 +23,27 @@ from typing import Callable
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Rhs:
-  """A right-hand side `fn(t, y, p, dydt)` (see the module docstring)."""
+  """A right-hand side `fn(t, y, p, dydt)` (see the module docstring), optionally with its
+  Jacobian `jacobian(t, y, p, dfdy, dfdp)` filling df/dy (d, d) and df/dp (d, p): derivatives of
+  the solution (jax.jvp, jax.grad) integrate the variational equations with it."""
   fn: Callable
   name: str
+  jacobian: Callable | None = None
 
 
-def rhs(fn=None, *, name: str | None = None):
-  """Decorator: a Python right-hand side `fn(t, y, p, dydt)` for jaxext.ode.dop853."""
+def rhs(fn=None, *, name: str | None = None, jacobian: Callable | None = None):
+  """Decorator: a Python right-hand side `fn(t, y, p, dydt)` for jaxext.ode.dop853.
+
+  jacobian: `jacobian(t, y, p, dfdy, dfdp)` writing df/dy into dfdy (d, d) and df/dp into dfdp
+    (d, p); needed for derivatives of the solution.
+  """
+  if jacobian is not None and not callable(jacobian):
+    raise TypeError(f"jaxext.ode.rhs: jacobian must be a function; got {type(jacobian).__name__}")
+
   def wrap(f):
     if not callable(f):
       raise TypeError(f"jaxext.ode.rhs decorates a function; got {type(f).__name__}")
-    return Rhs(fn=f, name=name or getattr(f, "__name__", "rhs"))
+    return Rhs(fn=f, name=name or getattr(f, "__name__", "rhs"), jacobian=jacobian)
   return wrap if fn is None else wrap(fn)
 
 

@@ -1,0 +1,128 @@
+// Forward-mode dual numbers with K derivative components: a function written for a generic scalar
+// evaluated on Duals gives its value and its exact partial derivatives (used for the Jacobians of
+// the built-in ODE models, jaxext/kernels/orbit.h). Only what those models use is defined.
+#ifndef JAXEXT_KERNELS_DUAL_H_
+#define JAXEXT_KERNELS_DUAL_H_
+
+#include <cmath>
+
+#include "jaxext/kernels/platform.h"
+
+namespace jaxext {
+
+template <typename T, int K>
+struct Dual {
+  T v;
+  T d[K];
+
+  JAXEXT_HD Dual() : v(0) {
+    for (int k = 0; k < K; ++k) d[k] = 0;
+  }
+  JAXEXT_HD Dual(T value) : v(value) {  // NOLINT: constants promote implicitly
+    for (int k = 0; k < K; ++k) d[k] = 0;
+  }
+  // The independent variable number `k` with value `value`.
+  JAXEXT_HD static Dual Variable(T value, int k) {
+    Dual x(value);
+    if (k >= 0 && k < K) x.d[k] = 1;
+    return x;
+  }
+  JAXEXT_HD Dual& operator+=(const Dual& b) {
+    v += b.v;
+    for (int k = 0; k < K; ++k) d[k] += b.d[k];
+    return *this;
+  }
+};
+
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator-(const Dual<T, K>& a) {
+  Dual<T, K> r;
+  r.v = -a.v;
+  for (int k = 0; k < K; ++k) r.d[k] = -a.d[k];
+  return r;
+}
+
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator+(const Dual<T, K>& a, const Dual<T, K>& b) {
+  Dual<T, K> r;
+  r.v = a.v + b.v;
+  for (int k = 0; k < K; ++k) r.d[k] = a.d[k] + b.d[k];
+  return r;
+}
+
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator-(const Dual<T, K>& a, const Dual<T, K>& b) {
+  Dual<T, K> r;
+  r.v = a.v - b.v;
+  for (int k = 0; k < K; ++k) r.d[k] = a.d[k] - b.d[k];
+  return r;
+}
+
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator*(const Dual<T, K>& a, const Dual<T, K>& b) {
+  Dual<T, K> r;
+  r.v = a.v * b.v;
+  for (int k = 0; k < K; ++k) r.d[k] = a.d[k] * b.v + a.v * b.d[k];
+  return r;
+}
+
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator/(const Dual<T, K>& a, const Dual<T, K>& b) {
+  Dual<T, K> r;
+  const T inv = T(1) / b.v;
+  r.v = a.v * inv;
+  for (int k = 0; k < K; ++k) r.d[k] = (a.d[k] - r.v * b.d[k]) * inv;
+  return r;
+}
+
+// Mixed with constants of T.
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator+(const Dual<T, K>& a, T b) { return a + Dual<T, K>(b); }
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator+(T a, const Dual<T, K>& b) { return Dual<T, K>(a) + b; }
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator-(const Dual<T, K>& a, T b) { return a - Dual<T, K>(b); }
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator-(T a, const Dual<T, K>& b) { return Dual<T, K>(a) - b; }
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator*(const Dual<T, K>& a, T b) {
+  Dual<T, K> r;
+  r.v = a.v * b;
+  for (int k = 0; k < K; ++k) r.d[k] = a.d[k] * b;
+  return r;
+}
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator*(T a, const Dual<T, K>& b) { return b * a; }
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator/(const Dual<T, K>& a, T b) { return a * (T(1) / b); }
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> operator/(T a, const Dual<T, K>& b) { return Dual<T, K>(a) / b; }
+
+template <typename T, int K>
+JAXEXT_HD bool operator<=(T a, const Dual<T, K>& b) { return a <= b.v; }
+
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> sqrt(const Dual<T, K>& a) {
+  Dual<T, K> r;
+  r.v = std::sqrt(a.v);
+  const T half_inv = T(0.5) / r.v;
+  for (int k = 0; k < K; ++k) r.d[k] = a.d[k] * half_inv;
+  return r;
+}
+
+template <typename T, int K>
+JAXEXT_HD Dual<T, K> exp(const Dual<T, K>& a) {
+  Dual<T, K> r;
+  r.v = std::exp(a.v);
+  for (int k = 0; k < K; ++k) r.d[k] = a.d[k] * r.v;
+  return r;
+}
+
+template <typename T>
+JAXEXT_HD T Value(T x) { return x; }
+template <typename T, int K>
+JAXEXT_HD T Value(const Dual<T, K>& x) { return x.v; }
+
+}  // namespace jaxext
+
+#endif  // JAXEXT_KERNELS_DUAL_H_
