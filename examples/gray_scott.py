@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import struct
 import sys
 import time
-import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import jaxext
+from examples.figure import write_png
 
 # (name, F, k): Pearson's classification of the Gray-Scott patterns.
 REGIMES = [
@@ -132,20 +131,6 @@ def mosaic(panels: list[np.ndarray], gap: int = 4) -> np.ndarray:
   for p in panels:
     parts += [p, np.full((h, gap, 3), 255, np.uint8)]
   return np.concatenate(parts[:-1], axis=1)
-
-
-def write_png(path: str, rgb: np.ndarray) -> None:
-  """A truecolour 8-bit PNG of an (h, w, 3) uint8 array."""
-  h, w, _ = rgb.shape
-  raw = b"".join(b"\x00" + rgb[r].tobytes() for r in range(h))  # filter type 0 per row
-
-  def chunk(kind: bytes, data: bytes) -> bytes:
-    return (struct.pack(">I", len(data)) + kind + data
-            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-  png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-         + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
-  with open(path, "wb") as f:
-    f.write(png)
 
 
 def main(argv=None) -> int:
