@@ -46,6 +46,7 @@ _SYMBOLS = {
     "jaxext_limbdark_f64": "JaxextLimbdark{}F64",
     "jaxext_limbdark_grad_f32": "JaxextLimbdarkGrad{}F32",
     "jaxext_limbdark_grad_f64": "JaxextLimbdarkGrad{}F64",
+    "jaxext_dop853": "JaxextDop853{}",
 }
 
 

@@ -14,7 +14,7 @@ exported=$(nm -D --defined-only "$handlers")
 echo "$exported"
 for sym in JaxextKeplerCudaF32 JaxextKeplerCudaF64 JaxextLimbdarkCudaF32 JaxextLimbdarkCudaF64 \
     JaxextLimbdarkGradCudaF32 JaxextLimbdarkGradCudaF64 JaxextNumbaCallCudaInitialize \
-    JaxextNumbaCallCuda; do
+    JaxextNumbaCallCuda JaxextDop853Cuda; do
   grep -q " T $sym\$" <<<"$exported" || { echo "FAIL: $handlers does not export $sym"; exit 1; }
 done
 # The CUDA driver is opened at run time (numba_cuda.cc), never a link-time dependency: the same

@@ -21,7 +21,9 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   assert r.returncode == 0, r.stdout + r.stderr
   report = json.loads((tmp_path / "gpu_checks.json").read_text())
   assert report["checks"] and all(report["checks"].values()), report["checks"]
-  assert len(report["checks"]) == 17  # 10 Kepler + 7 limbdark
+  assert len(report["checks"]) == 22  # 10 Kepler + 7 limbdark + 5 ode (CPU against CPU here)
+  ode = [row for row in report["bench"] if row.get("op", "").startswith("ode.dop853")]
+  assert len(ode) == 1 and ode[0]["n"] == 100 and ode[0]["us_per_trajectory"] > 0
   kepler = [row for row in report["bench"] if "op" not in row]
   limbdark = [row for row in report["bench"] if row.get("op") == "limbdark"]
   assert {row["dtype"] for row in kepler} == {"float32", "float64"}

@@ -15,7 +15,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
 import jaxext, jaxext._ffi as ffi
-assert ffi.register_all() == {"cpu": ("jaxext_kepler_f32", "jaxext_kepler_f64",
+assert ffi.register_all() == {"cpu": ("jaxext_dop853", "jaxext_kepler_f32", "jaxext_kepler_f64",
     "jaxext_limbdark_f32", "jaxext_limbdark_f64", "jaxext_limbdark_grad_f32",
     "jaxext_limbdark_grad_f64")}, ffi.register_all()
 assert "jaxext.cpu._cpu_ops" not in sys.modules
@@ -27,13 +27,19 @@ f = jaxext.limb_dark_flux(b, 0.1, np.array([0.4, 0.26]))
 fb = jax.grad(lambda x: jaxext.limb_dark_flux(x, 0.1, np.array([0.4, 0.26])).sum())(b)
 np.save(sys.argv[1], np.stack([np.asarray(s), np.asarray(c), np.full(1001, float(g)),
                                np.asarray(f), np.asarray(fb)]))
+sol = jaxext.ode.dop853(jaxext.ode.models.earth(j2=True), ORBITS, (0.0, 3600.0))
+np.save(sys.argv[2], np.asarray(sol.y_final))
 """
+
+# Two orbits (km, km/s) for the ODE handler.
+ORBITS = "np.array([[7000.0, 0, 0, 0, 5.0, 5.5], [0, 8000.0, 100.0, -7.0, 0, 1.0]])"
+_SCRIPT = _SCRIPT.replace("ORBITS", ORBITS)
 
 
 def test_handler_library_matches_extension(tmp_path):
-  out = str(tmp_path / "r.npy")
+  out, out_ode = str(tmp_path / "r.npy"), str(tmp_path / "ode.npy")
   env = dict(os.environ, JAXEXT_HANDLER_LIBRARIES=f"cpu={LIB}")
-  subprocess.run([sys.executable, "-c", _SCRIPT, out], check=True, env=env)
+  subprocess.run([sys.executable, "-c", _SCRIPT, out, out_ode], check=True, env=env)
   got = np.load(out)
   import jax
   jax.config.update("jax_enable_x64", True)
@@ -49,6 +55,8 @@ def test_handler_library_matches_extension(tmp_path):
   np.testing.assert_array_equal(got[3], np.asarray(jaxext.limb_dark_flux(b, 0.1, u)))
   np.testing.assert_array_equal(
       got[4], np.asarray(jax.grad(lambda x: jaxext.limb_dark_flux(x, 0.1, u).sum())(b)))
+  sol = jaxext.ode.dop853(jaxext.ode.models.earth(j2=True), eval(ORBITS), (0.0, 3600.0))
+  np.testing.assert_array_equal(np.load(out_ode), np.asarray(sol.y_final))
 
 
 def test_bad_spec_is_a_clear_error():

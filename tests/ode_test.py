@@ -433,6 +433,38 @@ def test_decay_altitude_event_built_in():
 
 # --- statuses and bad rows ----------------------------------------------------------------------
 
+def test_float32_failure_statuses():
+  sol = ode.dop853(blow_up, np.array([[1.0]], np.float32), (0.0, 2.0), rtol=1e-5, atol=1e-6)
+  assert int(sol.status[0]) == ode.Status.STEP_TOO_SMALL
+  assert int(sol.n_steps[0]) < 1000 and 0.99 < float(sol.t_final[0]) < 1.0
+
+
+def test_events_backward_and_several_terminal_in_one_step():
+  # Backward from t = 10: cos t crosses zero (downwards in reversed time means g goes + to -).
+  def g(t, y):
+    return y[0]
+  g.direction = -0.5  # scipy takes the sign
+  p = [1.0, 0.0, 0.0, 0.0]
+  ref = scipy_dop853(forced_np(p), (10.0, 0.0), [np.cos(10.0), -np.sin(10.0)], rtol=1e-12,
+                     atol=1e-12, events=[g])
+  g2 = lambda t, y, p: y[0]
+  g2.direction = -0.5
+  sol = ode.dop853(forced, np.array([[np.cos(10.0), -np.sin(10.0)]]), (10.0, 0.0), p,
+                   events=[g2], rtol=1e-12, atol=1e-12)
+  k = len(ref.t_events[0])
+  assert int(sol.event_counts[0, 0]) == k >= 1
+  np.testing.assert_allclose(sol.t_events[0, 0, :k], ref.t_events[0], rtol=1e-13)
+  # Two terminal events in the same step: the earlier one stops the integration, the later one
+  # is not recorded.
+  early = ode.event(lambda t, y, p: t - 1.0, terminal=np.int64(1), name="early")
+  late = ode.event(lambda t, y, p: t - 1.0 - 1e-9, terminal=True, name="late")
+  sol = ode.dop853(forced, np.array([[1.0, 0.0]]), (0.0, 5.0), p, events=[late, early],
+                   max_step=10.0, rtol=1e-6, atol=1e-6)
+  assert int(sol.status[0]) == ode.Status.EVENT
+  assert np.asarray(sol.event_counts[0]).tolist() == [0, 1]
+  assert float(sol.t_final[0]) == pytest.approx(1.0, abs=1e-12)
+
+
 def test_statuses():
   sol = ode.dop853(blow_up, np.array([[1.0]]), (0.0, 2.0), rtol=1e-8, atol=1e-8)
   ref = scipy_dop853(lambda t, y: y * y, (0.0, 2.0), [1.0], rtol=1e-8, atol=1e-8)
@@ -571,6 +603,47 @@ def test_gradients_under_vmap_and_shared_params():
   assert float(g[1][0][0]) == pytest.approx(float(fd), rel=1e-5)
 
 
+def test_differentiating_a_built_in_model_leaves_the_solution_unchanged():
+  model = models.earth(j2=True, drag=True)
+  y0 = np.stack([circular_state(250.0, 0.9), elements_state(9000.0, 0.2, 0.5, 1, 2, 0)])
+  b = np.array([[0.05], [0.01]])
+  run = lambda y: ode.dop853(model, y, (0.0, 86400.0), b, rtol=1e-10, atol=1e-10)
+  primal, _ = jax.jvp(run, (y0,), (np.ones_like(y0),))
+  plain = run(y0)
+  np.testing.assert_array_equal(np.asarray(primal.n_accepted), np.asarray(plain.n_accepted))
+  np.testing.assert_array_equal(np.asarray(primal.y_final), np.asarray(plain.y_final))
+
+
+def test_gradients_with_unreached_rows_are_finite():
+  # Shared t_eval, per-trajectory spans: rows outside a span are NaN; masked, they must not
+  # poison the gradient.
+  te = np.linspace(0.0, 4.0, 5)
+  spans = np.array([[0.0, 4.0], [0.0, 2.5]])
+  y0 = np.array([[2.0, 0.0], [0.5, -0.3]])
+
+  def loss(y):
+    ys = ode.dop853(van_der_pol_j, y, spans, [1.2], t_eval=te, rtol=1e-11, atol=1e-11).ys
+    return jnp.sum(jnp.where(jnp.isnan(ys), 0.0, ys) ** 2)
+  g = np.asarray(jax.grad(loss)(y0))
+  assert np.all(np.isfinite(g))
+  eps = 1e-6
+  e = np.zeros_like(y0)
+  e[1, 0] = eps
+  fd = (loss(y0 + e) - loss(y0 - e)) / (2 * eps)
+  assert g[1, 0] == pytest.approx(float(fd), rel=1e-5)
+
+
+def test_gradient_of_air_at_rest_is_finite():
+  # v = omega x r: no velocity relative to the air, where |v_rel| is not differentiable (taken
+  # as zero derivative: the drag force |v| v is smooth there).
+  r = models.EARTH_RADIUS + 300.0
+  y0 = np.array([[r, 0.0, 0.0, 0.0, models.EARTH_ROTATION * r, 0.0]])
+  model = models.earth(j2=True, drag=True)
+  f = lambda y: ode.dop853(model, y, (0.0, 60.0), [[0.02]], rtol=1e-10, atol=1e-10).y_final
+  jac = np.asarray(jax.jacobian(f)(y0))
+  assert int(f(y0).shape[0]) == 1 and np.all(np.isfinite(jac))
+
+
 def test_gradient_errors():
   with pytest.raises(ValueError, match="Jacobian"):
     jax.grad(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0]).y_final.sum())(
@@ -621,3 +694,35 @@ def test_tiny_rtol_is_raised_with_a_warning():
   with pytest.warns(UserWarning, match="rtol"):
     ode.dop853(van_der_pol, np.array([[1.0, 0.0]]), (0.0, 0.1), [1.0], rtol=1e-16)
 
+
+
+# --- CUDA lowering (built with --config=cuda; execution is checked by tools/gpu_checks.py) ------
+
+def _export_cuda(fn, *args):
+  specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
+  exported = jax.export.export(
+      jax.jit(fn), platforms=("cuda",),
+      disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("jaxext_dop853")])(*specs)
+  return exported.mlir_module()
+
+
+def test_cuda_lowering():
+  from jaxext import _ffi
+  y0 = np.stack([circular_state(300.0, 0.5)] * 4)
+  b = np.full((4, 1), 0.01)
+  model = models.earth(j2=True, drag=True)
+  run = lambda y, p: ode.dop853(model, y, (0.0, 600.0), p,
+                                events=[models.altitude_event(100.0)]).y_final
+  print("registered platforms:", sorted(_ffi.register_all()))
+  if "CUDA" not in _ffi.register_all():  # a CPU-only build says so
+    with pytest.raises(NotImplementedError, match="CUDA"):
+      _export_cuda(run, y0, b)
+    return
+  text = _export_cuda(run, y0, b)
+  assert text.count("@jaxext_dop853") >= 1 and "sensitivities = 0" in text
+  grad = _export_cuda(jax.grad(lambda y, p: ode.dop853(model, y, (0.0, 600.0), p).y_final.sum()),
+                      y0, b)
+  assert "sensitivities = 1" in grad
+  with pytest.raises(NotImplementedError, match="built-in models"):
+    _export_cuda(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0]).y_final,
+                 np.zeros((3, 2)))

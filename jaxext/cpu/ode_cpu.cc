@@ -93,10 +93,14 @@ struct UserJacobian {
   NativeRhs<T> fn;
   NativeJacobian<T> jac;
   const T* p;
+  int64_t n, np;
   bool operator()(T t, const T* y, T* f, T* dfdy, T* dfdp) const {
     int32_t status = 0;
     fn(t, y, p, f, &status);
     if (status != 0) return false;
+    // Entries the user's function leaves unwritten are zero (not left over from another call).
+    for (int64_t i = 0; i < n * n; ++i) dfdy[i] = T(0);
+    for (int64_t i = 0; i < n * np; ++i) dfdp[i] = T(0);
     jac(t, y, p, dfdy, dfdp, &status);
     return status == 0;
   }
@@ -288,6 +292,12 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
       }
     }
   }
+  for (const size_t size : {a.event_kinds.size(), a.event_ids.size(), a.event_consts.size(),
+                            a.event_directions.size(), a.event_terminal.size()}) {
+    if (static_cast<int64_t>(size) < n_events) {
+      return ErrorFuture(Invalid("event attributes shorter than n_events"));
+    }
+  }
   EventSet<T> events;
   events.count = static_cast<int>(n_events);
   events.kinds = a.event_kinds.begin();
@@ -338,8 +348,8 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
       });
     }
     return run([user, user_jacobian, n, np](const T* p, T* scratch) {
-      return Variational<T, UserJacobian<T>>{UserJacobian<T>{user, user_jacobian, p}, n, np,
-                                             scratch, scratch + n * n};
+      return Variational<T, UserJacobian<T>>{UserJacobian<T>{user, user_jacobian, p, n, np}, n,
+                                             np, scratch, scratch + n * n};
     });
   });
 }

@@ -32,6 +32,9 @@
 
 #if defined(__CUDACC__)
 #define JAXEXT_DOP853_CONST static constexpr __device__
+// The integrator's member functions are __host__ __device__; in a .cu file only their device
+// instantiations run, so the host ones reading these __device__ tables are never called.
+#pragma nv_diag_suppress 20091
 #else
 #define JAXEXT_DOP853_CONST static constexpr
 #endif
@@ -173,6 +176,10 @@ JAXEXT_HD T Nan() { return std::numeric_limits<T>::quiet_NaN(); }
 template <typename T>
 JAXEXT_HD bool Finite(T x) { return x - x == T(0); }  // false for NaN and +-inf
 
+// nextafter in T (the unqualified C function would compute in double for float).
+JAXEXT_HD float NextAfter(float x, float y) { return nextafterf(x, y); }
+JAXEXT_HD double NextAfter(double x, double y) { return nextafter(x, y); }
+
 // Integrates one trajectory. Rhs: `bool rhs(T t, const T* y, T* dydt)` (false: it failed).
 // Events: `int size()`, `int direction(int e)` (-1, 0, 1), `int64_t max_count(int e)` (terminal
 // after that many occurrences; 0: never), `bool value(int e, T t, const T* y, T* g)`.
@@ -214,7 +221,7 @@ class Integrator {
     const T dir = t1 >= t0 ? T(1) : T(-1);
     dir_ = dir;
     if (!Eval(t0, y_, k_)) return Finish(kCallbackFailed, out);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < nc_; ++i) {  // the state's own derivative (not sensitivities)
       if (!Finite(k_[i])) return Finish(kNonFinite, out);
     }
     int64_t ie = 0;  // next t_eval point
@@ -241,7 +248,7 @@ class Integrator {
     for (;;) {
       // One step (scipy's RungeKutta._step_impl).
       const T t = t_;
-      const T min_step = T(10) * fabs(nextafter(t, dir * std::numeric_limits<T>::infinity()) - t);
+      const T min_step = T(10) * fabs(NextAfter(t, dir * std::numeric_limits<T>::infinity()) - t);
       T ha = h_abs > s_.max_step ? s_.max_step : (h_abs < min_step ? min_step : h_abs);
       bool rejected = false, nonfinite_trial = false;
       T t_new, h;
@@ -253,6 +260,7 @@ class Integrator {
         if (dir * (t_new - t1) > 0) t_new = t1;
         h = t_new - t;
         ha = fabs(h);
+        if (h == T(0)) return Finish(nonfinite_trial ? kNonFinite : kStepTooSmall, out);
         ++steps_;
         if (!Step(t, h)) return Finish(kCallbackFailed, out);
         const T err = ErrorNorm(h);

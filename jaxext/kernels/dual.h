@@ -1,6 +1,8 @@
 // Forward-mode dual numbers with K derivative components: a function written for a generic scalar
 // evaluated on Duals gives its value and its exact partial derivatives (used for the Jacobians of
-// the built-in ODE models, jaxext/kernels/orbit.h). Only what those models use is defined.
+// the built-in ODE models, jaxext/kernels/orbit.h). Only what those models use is defined. Values
+// are computed with the same operations as in plain T, so they round identically (a model's
+// derivative run takes the same steps as its plain run).
 #ifndef JAXEXT_KERNELS_DUAL_H_
 #define JAXEXT_KERNELS_DUAL_H_
 
@@ -9,6 +11,10 @@
 #include "jaxext/kernels/platform.h"
 
 namespace jaxext {
+
+// The overloads below would hide the standard ones inside namespace jaxext: keep both visible.
+using std::exp;
+using std::sqrt;
 
 template <typename T, int K>
 struct Dual {
@@ -69,9 +75,8 @@ JAXEXT_HD Dual<T, K> operator*(const Dual<T, K>& a, const Dual<T, K>& b) {
 template <typename T, int K>
 JAXEXT_HD Dual<T, K> operator/(const Dual<T, K>& a, const Dual<T, K>& b) {
   Dual<T, K> r;
-  const T inv = T(1) / b.v;
-  r.v = a.v * inv;
-  for (int k = 0; k < K; ++k) r.d[k] = (a.d[k] - r.v * b.d[k]) * inv;
+  r.v = a.v / b.v;  // the value exactly as in plain arithmetic (same rounding as the model in T)
+  for (int k = 0; k < K; ++k) r.d[k] = (a.d[k] - r.v * b.d[k]) / b.v;
   return r;
 }
 
@@ -94,7 +99,12 @@ JAXEXT_HD Dual<T, K> operator*(const Dual<T, K>& a, T b) {
 template <typename T, int K>
 JAXEXT_HD Dual<T, K> operator*(T a, const Dual<T, K>& b) { return b * a; }
 template <typename T, int K>
-JAXEXT_HD Dual<T, K> operator/(const Dual<T, K>& a, T b) { return a * (T(1) / b); }
+JAXEXT_HD Dual<T, K> operator/(const Dual<T, K>& a, T b) {
+  Dual<T, K> r;
+  r.v = a.v / b;
+  for (int k = 0; k < K; ++k) r.d[k] = a.d[k] / b;
+  return r;
+}
 template <typename T, int K>
 JAXEXT_HD Dual<T, K> operator/(T a, const Dual<T, K>& b) { return Dual<T, K>(a) / b; }
 
@@ -105,7 +115,9 @@ template <typename T, int K>
 JAXEXT_HD Dual<T, K> sqrt(const Dual<T, K>& a) {
   Dual<T, K> r;
   r.v = std::sqrt(a.v);
-  const T half_inv = T(0.5) / r.v;
+  // At 0 the derivative is taken as 0: the models use sqrt for norms |v| that only enter as
+  // |v| v, smooth with zero derivative there (air at rest relative to the object).
+  const T half_inv = r.v > T(0) ? T(0.5) / r.v : T(0);
   for (int k = 0; k < K; ++k) r.d[k] = a.d[k] * half_inv;
   return r;
 }

@@ -90,8 +90,8 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
       function `rhs(t, y, p, dydt)` writing dy/dt into `dydt` (decorated with `jaxext.ode.rhs` or
       plain), compiled by Numba (needs `jaxext[numba]`).
     y0: (N, d) initial states; float32 or float64 (the integration's precision).
-    t_span: (t0, t1) for every trajectory, or per trajectory: an (N, 2) array or a pair of (N,)
-      arrays. t1 < t0 integrates backwards.
+    t_span: a tuple (t0, t1) of scalars or (N,) arrays, or an array (2,) or (N, 2) of rows
+      [t0, t1]. t1 < t0 integrates backwards.
     params: None, (p,) shared or (N, p) per trajectory parameters, passed to `rhs` and events.
     t_eval: None or (T,) times, strictly monotonic in the direction of integration, at which to
       return the state (from the 7th-order dense output, as scipy does).
@@ -236,7 +236,7 @@ def _native_module():
 
 
 def _time_span(t_span, count, dtype):
-  if isinstance(t_span, (tuple, list)) and len(t_span) == 2:
+  if isinstance(t_span, tuple) and len(t_span) == 2:  # (t0, t1); a list or array: rows
     t0 = float_operand(t_span[0], "t_span[0]")
     t1 = float_operand(t_span[1], "t_span[1]")
     for t, what in ((t0, "t_span[0]"), (t1, "t_span[1]")):
@@ -273,8 +273,9 @@ def _check_t_eval(t_eval, t_span):
                      "integration)")
   span = _concrete(t_span)
   if span is not None and span.size and te.size > 1:
-    forward = span[:, 1] >= span[:, 0]
-    if np.any(forward != (d[0] > 0)):
+    moving = span[:, 1] != span[:, 0]  # t0 == t1: no direction to agree with
+    forward = span[:, 1] > span[:, 0]
+    if np.any(forward[moving] != (d[0] > 0)):
       raise ValueError("t_eval must be ordered in the direction of integration of every "
                        "trajectory (t_span)")
 
@@ -328,15 +329,25 @@ def _abstract_eval(y0, params, t_span, t_eval, *, events, event_slots, sensitivi
 
 
 dop853_p.def_abstract_eval(_abstract_eval)
-dop853_p.def_impl(lambda *args, **params: jax.jit(
-    functools.partial(dop853_p.bind, **params))(*args))
+@functools.lru_cache(maxsize=256)
+def _compiled_bind(items):
+  return jax.jit(functools.partial(dop853_p.bind, **dict(items)))
+
+
+# Eager calls: one jitted bind per distinct set of parameters (compiled once per shape).
+dop853_p.def_impl(lambda *args, **params: _compiled_bind(tuple(sorted(params.items())))(*args))
 
 
 def _lowering(ctx, y0, params, t_span, t_eval, *, platform, rhs_id, name, model, rtol, atol,
               first_step, max_step, max_steps, events, event_slots, jac_id, sensitivities):
-  if platform != "cpu":
-    raise NotImplementedError(
-        f"jaxext.ode.dop853 has no {platform} kernel yet (CPU only in this version)")
+  if platform != "cpu":  # CUDA: one thread per trajectory, built-in models and events only
+    if rhs_id != 0 or any(e[0] != 0 for e in events):
+      raise NotImplementedError(
+          f"jaxext.ode.dop853 '{name}': on {platform} only the built-in models and radius/altitude "
+          "events are available yet (Python right-hand sides and events run on the CPU)")
+    if sensitivities and params.type.shape[1] > 2:
+      raise NotImplementedError("jaxext.ode.dop853: derivatives on CUDA take at most 2 parameter "
+                                "columns")
   if platform not in _ffi.register_all():
     raise NotImplementedError(f"jaxext.ode.dop853: no {platform} kernels in this build")
   n_events = len(events)
@@ -413,6 +424,10 @@ def _jvp(primals, tangents, *, sensitivities, jac_id, events, **params):
   ys, y_final = ys_aug[..., :n], y_final_aug[..., :n]
   s_ys = ys_aug[..., n:].reshape(ys.shape + (cols,))
   s_final = y_final_aug[..., n:].reshape(y_final.shape + (cols,))
+  # Rows never reached (NaN) have no sensitivity: zero, so that a masked NaN row does not turn the
+  # whole gradient into NaN (NaN x 0 in the transpose).
+  s_ys = jnp.where(jnp.isfinite(ys)[..., None], s_ys, 0)
+  s_final = jnp.where(jnp.isfinite(y_final)[..., None], s_final, 0)
   dz = jnp.concatenate([compat.instantiate_zeros(dy0), compat.instantiate_zeros(dp)], axis=1)
   d_ys = jnp.einsum("ntij,nj->nti", s_ys, dz)
   d_final = jnp.einsum("nij,nj->ni", s_final, dz)

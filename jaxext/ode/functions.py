@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+import numpy as np
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Rhs:
@@ -69,16 +71,16 @@ class Event:
     if self.direction not in (-1, 0, 1):
       raise ValueError(f"event direction must be -1, 0 or 1; got {self.direction!r}")
     t = self.terminal
-    if isinstance(t, bool) or t is None:
-      pass
-    elif not isinstance(t, int) or t < 0:
-      raise ValueError(f"event terminal must be a bool or an int >= 0; got {t!r}")
+    if not (isinstance(t, (bool, np.bool_)) or t is None):
+      ok = isinstance(t, (int, np.integer, float, np.floating)) and t >= 0 and float(t) == int(t)
+      if not ok:
+        raise ValueError(f"event terminal must be a bool or an integer count >= 0; got {t!r}")
 
   @property
   def max_count(self) -> int:
     """Occurrences after which integration stops (0: never)."""
-    if self.terminal is True:
-      return 1
+    if isinstance(self.terminal, (bool, np.bool_)):
+      return int(bool(self.terminal))
     if not self.terminal:
       return 0
     return int(self.terminal)
@@ -101,7 +103,7 @@ def as_event(e, index: int) -> Event:
   if callable(e):
     try:
       return Event(fn=e, terminal=getattr(e, "terminal", False),
-                   direction=int(getattr(e, "direction", 0)),
+                   direction=int(np.sign(getattr(e, "direction", 0))),  # scipy: its sign
                    name=getattr(e, "__name__", f"event {index}"))
     except ValueError as err:
       raise ValueError(f"events[{index}]: {err}") from None

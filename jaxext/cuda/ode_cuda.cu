@@ -1,0 +1,287 @@
+#include "jaxext/cuda/ode_cuda.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+
+#include "jaxext/kernels/dop853.h"
+#include "jaxext/kernels/dual.h"
+#include "jaxext/kernels/orbit.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxext {
+namespace cuda {
+namespace {
+
+constexpr int kN = orbit::kStateSize;
+constexpr int kMaxParams = 2;                       // sensitivities: at most 2 parameter columns
+constexpr int kMaxAug = kN + kN * (kN + kMaxParams);  // state + sensitivities
+
+// Everything a thread needs besides the buffers, passed by value as the kernel's argument.
+template <typename T>
+struct Config {
+  orbit::Model<T> model;
+  T rtol[kN], atol[kN];
+  T first_step, max_step;
+  int64_t max_steps;
+  int n_events;
+  T radius[dop853::kMaxEvents];
+  int direction[dop853::kMaxEvents];
+  int64_t terminal[dop853::kMaxEvents];
+};
+
+template <typename T>
+struct ModelRhs {
+  const orbit::Model<T>* model;
+  const T* p;
+  __host__ __device__ bool operator()(T t, const T* y, T* f) const {
+    (*model)(t, y, p, f);
+    return true;
+  }
+};
+
+// f, df/dy and df/dp by dual numbers, and the variational equations (as jaxext/cpu/ode_cpu.cc).
+template <typename T>
+struct ModelVariational {
+  const orbit::Model<T>* model;
+  const T* p;
+  int np;
+  __host__ __device__ bool operator()(T t, const T* y, T* f) const {
+    using D = Dual<T, kN + 1>;
+    D yd[kN], pd[1], fd[kN];
+    for (int i = 0; i < kN; ++i) yd[i] = D::Variable(y[i], i);
+    pd[0] = np > 0 ? D::Variable(p[0], kN) : D(T(0));
+    (*model)(t, yd, pd, fd);
+    const int cols = kN + np;
+    const T* s = y + kN;
+    T* ds = f + kN;
+    for (int i = 0; i < kN; ++i) {
+      f[i] = fd[i].v;
+      for (int c = 0; c < cols; ++c) {
+        T acc = c == kN ? fd[i].d[kN] : T(0);  // df/dp: only parameter 0 enters the models
+        for (int k = 0; k < kN; ++k) acc += fd[i].d[k] * s[k * cols + c];
+        ds[i * cols + c] = acc;
+      }
+    }
+    return true;
+  }
+};
+
+template <typename T>
+struct RadiusEvents {
+  const Config<T>* config;
+  __host__ __device__ int size() const { return config->n_events; }
+  __host__ __device__ int direction(int e) const { return config->direction[e]; }
+  __host__ __device__ int64_t max_count(int e) const { return config->terminal[e]; }
+  __host__ __device__ bool value(int e, T, const T* y, T* g) const {
+    *g = sqrt(y[0] * y[0] + y[1] * y[1] + y[2] * y[2]) - config->radius[e];
+    return true;
+  }
+};
+
+template <typename T, bool kSensitivities>
+__global__ void Dop853Kernel(Config<T> config, int64_t count, int64_t np, int64_t m,
+                             int64_t kslots, const T* __restrict__ y0, const T* __restrict__ params,
+                             const T* __restrict__ span, const T* __restrict__ t_eval, T* ys,
+                             T* t_final, T* y_final, int32_t* stats, T* t_events, T* y_events,
+                             int32_t* counts) {
+  constexpr int n_aug_max = kSensitivities ? kMaxAug : kN;
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= count) return;
+  const int cols = kN + static_cast<int>(np);
+  const int n_aug = kSensitivities ? kN + kN * cols : kN;
+  T work[(dop853::kExtended + dop853::kDense + 5) * n_aug_max + 2 * dop853::kMaxEvents];
+  T start[n_aug_max];
+  const T* p = params + j * np;
+  bool params_finite = true;
+  for (int64_t k = 0; k < np; ++k) params_finite = params_finite && dop853::Finite(p[k]);
+  for (int i = 0; i < kN; ++i) start[i] = y0[j * kN + i];
+  for (int i = 0; i < n_aug - kN; ++i) start[kN + i] = (i % cols == i / cols) ? T(1) : T(0);
+  const dop853::Settings<T> settings{config.rtol, config.atol, config.first_step, config.max_step,
+                                     config.max_steps};
+  const int64_t ne = config.n_events;
+  dop853::Outputs<T> out{t_eval,       m,
+                         ys + j * m * n_aug, kslots,
+                         t_events + j * ne * kslots, y_events + j * ne * kslots * n_aug,
+                         counts + j * ne, t_final + j,
+                         y_final + j * n_aug, stats + j * 4};
+  RadiusEvents<T> events{&config};
+  if constexpr (kSensitivities) {
+    ModelVariational<T> rhs{&config.model, p, static_cast<int>(np)};
+    dop853::Integrator<T, ModelVariational<T>, RadiusEvents<T>> integrator(rhs, events, n_aug, kN,
+                                                                           settings, work);
+    integrator.Run(span[2 * j], span[2 * j + 1], start, params_finite, out);
+  } else {
+    ModelRhs<T> rhs{&config.model, p};
+    dop853::Integrator<T, ModelRhs<T>, RadiusEvents<T>> integrator(rhs, events, kN, kN, settings,
+                                                                   work);
+    integrator.Run(span[2 * j], span[2 * j + 1], start, params_finite, out);
+  }
+}
+
+ffi::Error Invalid(std::string message) {
+  return ffi::Error::InvalidArgument("jaxext.ode.dop853 (CUDA): " + message);
+}
+
+constexpr int kBlock = 64;  // a large per-thread local footprint: small blocks
+
+template <typename T>
+ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer params,
+                       ffi::AnyBuffer t_span, ffi::AnyBuffer t_eval,
+                       ffi::Result<ffi::AnyBuffer> ys, ffi::Result<ffi::AnyBuffer> t_final,
+                       ffi::Result<ffi::AnyBuffer> y_final, ffi::Result<ffi::AnyBuffer> stats,
+                       ffi::Result<ffi::AnyBuffer> t_events, ffi::Result<ffi::AnyBuffer> y_events,
+                       ffi::Result<ffi::AnyBuffer> event_counts, int64_t rhs_id,
+                       ffi::Span<const double> model, ffi::Span<const double> rtol,
+                       ffi::Span<const double> atol, double first_step, double max_step,
+                       int64_t max_steps, int64_t n_events, ffi::Span<const int64_t> event_kinds,
+                       ffi::Span<const double> event_consts,
+                       ffi::Span<const int64_t> event_directions,
+                       ffi::Span<const int64_t> event_terminal, int64_t sensitivities) {
+  auto dims = y0.dimensions();
+  if (dims.size() != 2 || params.dimensions().size() != 2) {
+    return Invalid("y0 and params must have rank 2");
+  }
+  const int64_t count = dims[0], n = dims[1], np = params.dimensions()[1];
+  if (rhs_id != 0) {
+    return Invalid("Python right-hand sides are not supported on CUDA yet (use a built-in model)");
+  }
+  if (n != kN) return Invalid("the built-in models need n = 6");
+  if (sensitivities != 0 && np > kMaxParams) {
+    return Invalid("derivatives on CUDA take at most 2 parameter columns");
+  }
+  if (n_events < 0 || n_events > dop853::kMaxEvents) return Invalid("too many events");
+  for (const size_t size : {event_kinds.size(), event_consts.size(), event_directions.size(),
+                            event_terminal.size()}) {
+    if (static_cast<int64_t>(size) < n_events) return Invalid("event attributes too short");
+  }
+  const int64_t n_aug = sensitivities != 0 ? n + n * (n + np) : n;
+  const int64_t m = static_cast<int64_t>(t_eval.element_count());
+  const int64_t kslots =
+      n_events > 0 ? static_cast<int64_t>(t_events->element_count()) / std::max<int64_t>(1, count * n_events)
+                   : 0;
+  if (static_cast<int64_t>(ys->element_count()) != count * m * n_aug ||
+      static_cast<int64_t>(y_final->element_count()) != count * n_aug ||
+      static_cast<int64_t>(stats->element_count()) != 4 * count ||
+      static_cast<int64_t>(y_events->element_count()) != count * n_events * kslots * n_aug ||
+      static_cast<int64_t>(event_counts->element_count()) != count * n_events ||
+      static_cast<int64_t>(rtol.size()) != n || static_cast<int64_t>(atol.size()) != n) {
+    return Invalid("operand and result shapes disagree");
+  }
+  Config<T> config;
+  if (!config.model.Decode(model.begin(), static_cast<int64_t>(model.size()))) {
+    return Invalid("malformed built-in model constants");
+  }
+  if (np < config.model.num_params()) return Invalid("the model needs its parameter");
+  for (int i = 0; i < kN; ++i) {
+    config.rtol[i] = T(rtol[i]);
+    config.atol[i] = T(atol[i]);
+  }
+  config.first_step = T(first_step);
+  config.max_step = T(max_step);
+  config.max_steps = max_steps;
+  config.n_events = static_cast<int>(n_events);
+  for (int64_t e = 0; e < n_events; ++e) {
+    if (event_kinds[e] != 0) {
+      return Invalid("Python event functions are not supported on CUDA yet (use radius events)");
+    }
+    config.radius[e] = T(event_consts[e]);
+    config.direction[e] = static_cast<int>(event_directions[e]);
+    config.terminal[e] = event_terminal[e];
+  }
+  if (count == 0) return ffi::Error::Success();
+  const unsigned blocks = static_cast<unsigned>((count + kBlock - 1) / kBlock);
+  auto args = [&](auto kernel) {
+    kernel<<<blocks, kBlock, 0, stream>>>(
+        config, count, np, m, kslots, y0.typed_data<T>(), params.typed_data<T>(),
+        t_span.typed_data<T>(), t_eval.typed_data<T>(), ys->typed_data<T>(),
+        t_final->typed_data<T>(), y_final->typed_data<T>(), stats->typed_data<int32_t>(),
+        t_events->typed_data<T>(), y_events->typed_data<T>(), event_counts->typed_data<int32_t>());
+  };
+  if (sensitivities != 0) {
+    args(Dop853Kernel<T, true>);
+  } else {
+    args(Dop853Kernel<T, false>);
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return ffi::Error::Internal(std::string("jaxext.ode.dop853: CUDA launch failed: ") +
+                                cudaGetErrorString(err));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error Dop853Impl(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer params,
+                      ffi::AnyBuffer t_span, ffi::AnyBuffer t_eval, ffi::Result<ffi::AnyBuffer> ys,
+                      ffi::Result<ffi::AnyBuffer> t_final, ffi::Result<ffi::AnyBuffer> y_final,
+                      ffi::Result<ffi::AnyBuffer> stats, ffi::Result<ffi::AnyBuffer> t_events,
+                      ffi::Result<ffi::AnyBuffer> y_events,
+                      ffi::Result<ffi::AnyBuffer> event_counts, int64_t rhs_id,
+                      std::string_view /*name*/, ffi::Span<const double> model,
+                      ffi::Span<const double> rtol, ffi::Span<const double> atol,
+                      double first_step, double max_step, int64_t max_steps, int64_t n_events,
+                      ffi::Span<const int64_t> event_kinds, ffi::Span<const int64_t> /*event_ids*/,
+                      ffi::Span<const double> event_consts,
+                      ffi::Span<const int64_t> event_directions,
+                      ffi::Span<const int64_t> event_terminal, int64_t /*jac_id*/,
+                      int64_t sensitivities) {
+  if (stats->element_type() != ffi::DataType::S32 ||
+      event_counts->element_type() != ffi::DataType::S32) {
+    return Invalid("stats and event counts must be int32");
+  }
+  switch (y0.element_type()) {
+    case ffi::DataType::F32:
+      return Dop853Typed<float>(stream, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
+                                t_events, y_events, event_counts, rhs_id, model, rtol, atol,
+                                first_step, max_step, max_steps, n_events, event_kinds,
+                                event_consts, event_directions, event_terminal, sensitivities);
+    case ffi::DataType::F64:
+      return Dop853Typed<double>(stream, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
+                                 t_events, y_events, event_counts, rhs_id, model, rtol, atol,
+                                 first_step, max_step, max_steps, n_events, event_kinds,
+                                 event_consts, event_directions, event_terminal, sensitivities);
+    default:
+      return Invalid("float32 or float64 states only");
+  }
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextDop853Cuda, Dop853Impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("rhs_id")
+                                  .Attr<std::string_view>("name")
+                                  .Attr<ffi::Span<const double>>("model")
+                                  .Attr<ffi::Span<const double>>("rtol")
+                                  .Attr<ffi::Span<const double>>("atol")
+                                  .Attr<double>("first_step")
+                                  .Attr<double>("max_step")
+                                  .Attr<int64_t>("max_steps")
+                                  .Attr<int64_t>("n_events")
+                                  .Attr<ffi::Span<const int64_t>>("event_kinds")
+                                  .Attr<ffi::Span<const int64_t>>("event_ids")
+                                  .Attr<ffi::Span<const double>>("event_consts")
+                                  .Attr<ffi::Span<const int64_t>>("event_directions")
+                                  .Attr<ffi::Span<const int64_t>>("event_terminal")
+                                  .Attr<int64_t>("jac_id")
+                                  .Attr<int64_t>("sensitivities"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace cuda
+}  // namespace jaxext
