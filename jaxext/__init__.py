@@ -20,6 +20,7 @@
 """
 
 from jaxext import _ffi
+from jaxext import equivariant
 from jaxext import ode
 from jaxext.kepler import kepler, kepler_p
 from jaxext.limbdark import limb_dark_flux, limbdark_p, quadratic_limb_dark_flux
@@ -59,6 +60,7 @@ def numba_cuda_kernel(outputs, **options):
 
 __all__ = [
     "__version__",
+    "equivariant",
     "kepler",
     "kepler_p",
     "limb_dark_flux",

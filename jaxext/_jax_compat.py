@@ -7,6 +7,8 @@ through `jax.interpreters` (its rule registries and a few helpers) is wrapped he
 * `register_lowering(prim, rule, platform)`   mlir.register_lowering
 * `register_jvp(prim, rule)`                  ad.primitive_jvps
 * `register_batching(prim, rule)`             batching.primitive_batchers
+* `register_transpose(prim, rule)`, `is_undefined_primal(x)`   ad.primitive_transposes, for
+                                              primitives linear in some operands
 * `NOT_MAPPED`, `is_mapped(dim)`              the batch dimension of an operand vmap does not map
 * `batch_size(args, dims)`                    the size of the axis vmap maps (from a mapped operand)
 * `batch_axis_to_front(x, dim, size)`         an operand with its batch axis first (broadcast if
@@ -26,7 +28,8 @@ from jax.interpreters import ad, batching, mlir
 
 __all__ = [
     "JAX_VERSION", "NOT_MAPPED", "batch_axis_to_front", "batch_size", "instantiate_zeros", "is_mapped",
-    "is_zero_tangent", "register_batching", "register_jvp", "register_lowering",
+    "is_undefined_primal", "is_zero_tangent", "register_batching", "register_jvp",
+    "register_lowering", "register_transpose",
 ]
 
 
@@ -91,6 +94,16 @@ def register_jvp(prim, rule) -> None:
 
 def register_batching(prim, rule) -> None:
   batching.primitive_batchers[prim] = rule
+
+
+def register_transpose(prim, rule) -> None:
+  """`rule(cotangent, *operands, **params)` -> one cotangent (or None) per operand; the operands
+  the primitive is linear in arrive as undefined primals (see is_undefined_primal)."""
+  ad.primitive_transposes[prim] = rule
+
+
+def is_undefined_primal(x) -> bool:
+  return ad.is_undefined_primal(x)
 
 
 def is_zero_tangent(t) -> bool:

@@ -200,3 +200,13 @@ def test_dop853_splits_trajectories(mesh1):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
   assert sol.ys.sharding.is_equivalent_to(NamedSharding(mesh1, P("x", None, None)), 3)
   assert sol.status.sharding.is_equivalent_to(sh, 1)
+
+
+def test_spherical_harmonics_split_along_vectors(mesh1):
+  from jaxext import equivariant as eq
+  v = np.random.default_rng(8).normal(size=(64, 3))
+  sh = NamedSharding(mesh1, P("x"))
+  y = _assert_local(lambda x: eq.spherical_harmonics(3, x, normalize=False), jax.device_put(v, sh))
+  np.testing.assert_array_equal(np.asarray(y), np.asarray(eq.spherical_harmonics(3, v,
+                                                                                  normalize=False)))
+  assert y.sharding.is_equivalent_to(NamedSharding(mesh1, P("x", None)), 2)

@@ -3,6 +3,7 @@
 #include "jaxext/cpu/limbdark_cpu.h"
 #include "jaxext/cpu/numba_cpu.h"
 #include "jaxext/cpu/ode_cpu.h"
+#include "jaxext/cpu/sph_cpu.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
 #include "jaxext/common/ffi_helpers.h"
@@ -24,6 +25,8 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF64);
     d["jaxext_numba_call"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextNumbaCallCpu);
     d["jaxext_dop853"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextDop853Cpu);
+    d["jaxext_sph"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSphCpu);
+    d["jaxext_segment_sum"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSegmentSumCpu);
     return d;
   });
   // jaxext.numba_kernel: the entry point of a compiled kernel, by content id (see numba_cpu.h).

@@ -1,0 +1,127 @@
+#include "jaxext/cpu/sph_cpu.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "jaxext/cpu/parallel.h"
+#include "jaxext/kernels/sph.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxext {
+namespace cpu {
+namespace {
+
+template <typename T>
+ffi::Future SphTyped(ffi::ThreadPool& pool, ffi::AnyBuffer vectors, ffi::Result<ffi::AnyBuffer> out,
+                     int64_t lmax, ffi::Span<const double> norms) {
+  const int64_t size = sph::Size(static_cast<int>(lmax));
+  const int64_t m = static_cast<int64_t>(vectors.element_count()) / 3;
+  if (lmax < 0 || lmax > sph::kMaxL || static_cast<int64_t>(norms.size()) != size ||
+      static_cast<int64_t>(vectors.element_count()) != 3 * m ||
+      static_cast<int64_t>(out->element_count()) != m * size) {
+    return ErrorFuture(ffi::Error::InvalidArgument("jaxext spherical_harmonics: bad shapes"));
+  }
+  T nrm[sph::Size(sph::kMaxL)];
+  for (int64_t i = 0; i < size; ++i) nrm[i] = T(norms[i]);
+  const T* v = vectors.typed_data<T>();
+  T* y = out->typed_data<T>();
+  const int l = static_cast<int>(lmax);
+  return ParallelFor(pool, m, std::max<int64_t>(1, 65536 / size),
+                     [=](int64_t begin, int64_t end) {
+                       T local[sph::Size(sph::kMaxL)];
+                       for (int64_t k = 0; k < size; ++k) local[k] = nrm[k];
+                       for (int64_t i = begin; i < end; ++i) {
+                         sph::SolidHarmonics<T>(l, v[3 * i], v[3 * i + 1], v[3 * i + 2], local,
+                                                y + i * size);
+                       }
+                     });
+}
+
+ffi::Future SphImpl(ffi::ThreadPool pool, ffi::AnyBuffer vectors, ffi::Result<ffi::AnyBuffer> out,
+                    int64_t lmax, ffi::Span<const double> norms) {
+  switch (vectors.element_type()) {
+    case ffi::DataType::F32:
+      return SphTyped<float>(pool, vectors, out, lmax, norms);
+    case ffi::DataType::F64:
+      return SphTyped<double>(pool, vectors, out, lmax, norms);
+    default:
+      return ErrorFuture(ffi::Error::InvalidArgument("jaxext spherical_harmonics: float32/64 only"));
+  }
+}
+
+template <typename T>
+ffi::Future SegmentSumTyped(ffi::ThreadPool& pool, ffi::AnyBuffer data, ffi::AnyBuffer ids,
+                            ffi::Result<ffi::AnyBuffer> out) {
+  const auto out_dims = out->dimensions();
+  const int64_t e = static_cast<int64_t>(ids.element_count());
+  if (out_dims.size() < 1) {
+    return ErrorFuture(ffi::Error::InvalidArgument("jaxext segment_sum: bad output rank"));
+  }
+  const int64_t segments = out_dims[0];
+  const int64_t f = segments > 0 ? static_cast<int64_t>(out->element_count()) / segments : 0;
+  if (static_cast<int64_t>(data.element_count()) != e * f && segments > 0) {
+    return ErrorFuture(ffi::Error::InvalidArgument("jaxext segment_sum: bad shapes"));
+  }
+  const int32_t* id = ids.typed_data<int32_t>();
+  for (int64_t i = 1; i < e; ++i) {
+    if (id[i] < id[i - 1]) {
+      return ErrorFuture(ffi::Error::InvalidArgument(
+          "jaxext segment_sum: segment_ids are not sorted (row " + std::to_string(i) +
+          "), but indices_are_sorted=True was promised"));
+    }
+  }
+  const T* x = data.typed_data<T>();
+  T* y = out->typed_data<T>();
+  // Each chunk owns whole segments: it finds its first row by binary search and adds its rows in
+  // order, so no two threads touch one output row and the sum order never changes.
+  return ParallelFor(pool, segments, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, f)),
+                     [=](int64_t s0, int64_t s1) {
+                       int64_t row = std::lower_bound(id, id + e, static_cast<int32_t>(s0)) - id;
+                       for (int64_t s = s0; s < s1; ++s) {
+                         T* dst = y + s * f;
+                         for (int64_t k = 0; k < f; ++k) dst[k] = T(0);
+                         for (; row < e && id[row] == s; ++row) {
+                           const T* src = x + row * f;
+                           for (int64_t k = 0; k < f; ++k) dst[k] += src[k];
+                         }
+                       }
+                     });
+}
+
+ffi::Future SegmentSumImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer ids,
+                           ffi::Result<ffi::AnyBuffer> out) {
+  if (ids.element_type() != ffi::DataType::S32) {
+    return ErrorFuture(ffi::Error::InvalidArgument("jaxext segment_sum: int32 segment ids"));
+  }
+  switch (data.element_type()) {
+    case ffi::DataType::F32:
+      return SegmentSumTyped<float>(pool, data, ids, out);
+    case ffi::DataType::F64:
+      return SegmentSumTyped<double>(pool, data, ids, out);
+    default:
+      return ErrorFuture(ffi::Error::InvalidArgument("jaxext segment_sum: float32/64 only"));
+  }
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextSphCpu, SphImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("lmax")
+                                  .Attr<ffi::Span<const double>>("norms"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextSegmentSumCpu, SegmentSumImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());
+
+}  // namespace cpu
+}  // namespace jaxext

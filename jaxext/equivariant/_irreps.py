@@ -1,0 +1,38 @@
+"""Irreps strings in e3nn's notation: "64x0e+64x1o+2e" -> ((64, 0, 1), (64, 1, -1), (1, 2, 1))."""
+
+from __future__ import annotations
+
+import re
+
+_TERM = re.compile(r"^\s*(?:(\d+)\s*x\s*)?(\d+)\s*([eoy])\s*$")
+
+
+def parse(irreps, what: str = "irreps") -> tuple[tuple[int, int, int], ...]:
+  """(multiplicity, l, parity) per term; parity 1 (e), -1 (o); "y" means (-1)^l (as e3nn)."""
+  if isinstance(irreps, str):
+    text = irreps.strip()
+    if not text:
+      return ()
+    terms = []
+    for part in text.split("+"):
+      m = _TERM.match(part)
+      if m is None:
+        raise ValueError(f"{what}: cannot read {part.strip()!r} in {irreps!r} (expected terms such "
+                         "as '64x0e', '1o', '2e' joined by '+')")
+      mul = int(m.group(1)) if m.group(1) is not None else 1
+      l = int(m.group(2))
+      p = {"e": 1, "o": -1, "y": (-1) ** l}[m.group(3)]
+      terms.append((mul, l, p))
+    return tuple(terms)
+  if isinstance(irreps, (tuple, list)) and all(
+      isinstance(t, (tuple, list)) and len(t) == 3 for t in irreps):
+    return tuple((int(a), int(b), int(c)) for a, b, c in irreps)
+  raise TypeError(f"{what} must be an irreps string such as '64x0e+64x1o'; got {irreps!r}")
+
+
+def dim(terms) -> int:
+  return sum(mul * (2 * l + 1) for mul, l, _ in terms)
+
+
+def to_string(terms) -> str:
+  return "+".join(f"{mul}x{l}{'e' if p == 1 else 'o'}" for mul, l, p in terms)

@@ -1,0 +1,124 @@
+"""Deterministic segment sums: rows added in order, no atomics (jaxext/cpu/sph_cpu.cc).
+
+`segment_sum_p(data, ids)` takes ids sorted ascending; `segment_sum` sorts them first (a stable
+argsort) unless told they are sorted. The primitive is linear in `data`: its JVP is itself on the
+tangents and its transpose a gather, so derivatives of every order work.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+
+from jaxext import _ffi
+from jaxext import _jax_compat as compat
+from jaxext._validation import float_operand
+
+__all__ = ["segment_sum", "segment_sum_p"]
+
+segment_sum_p = Primitive("jaxext_segment_sum")
+
+
+def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool = False):
+  """out[s] = sum of data[i] over the rows i with segment_ids[i] == s, for s < num_segments.
+
+  Deterministic: the rows of a segment are added in their order in `data` (after a stable sort of
+  the ids), the same bits on every run and for any number of threads. Ids outside
+  [0, num_segments) are dropped (as jax.ops.segment_sum does). With indices_are_sorted=True the
+  ids must be sorted ascending (checked by the kernel: an unsorted input raises).
+
+  Args:
+    data: (E, ...) float32 or float64.
+    segment_ids: (E,) integers.
+    num_segments: static int >= 0.
+  """
+  data = float_operand(data, "data")
+  if data.ndim < 1:
+    raise ValueError(f"data must have a leading axis of rows; got shape {data.shape}")
+  ids = jnp.asarray(segment_ids)
+  if not jnp.issubdtype(ids.dtype, jnp.integer):
+    raise TypeError(f"segment_ids must be integers; got dtype {ids.dtype}")
+  if ids.shape != data.shape[:1]:
+    raise ValueError(f"segment_ids must have shape ({data.shape[0]},) like data's rows; got "
+                     f"{ids.shape}")
+  try:
+    num_segments = operator.index(num_segments)
+  except TypeError:
+    raise TypeError("num_segments must be a static int") from None
+  if num_segments < 0:
+    raise ValueError(f"num_segments must be >= 0; got {num_segments}")
+  ids = ids.astype(jnp.int32)
+  if not indices_are_sorted:
+    order = jnp.argsort(ids, stable=True)
+    ids = ids[order]
+    data = data[order]
+  return segment_sum_p.bind(data, ids, num_segments=num_segments)
+
+
+def _abstract_eval(data, ids, *, num_segments):
+  return jax.core.ShapedArray((num_segments,) + data.shape[1:], data.dtype)
+
+
+segment_sum_p.def_abstract_eval(_abstract_eval)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(num_segments):
+  return jax.jit(functools.partial(segment_sum_p.bind, num_segments=num_segments))
+
+
+segment_sum_p.def_impl(lambda data, ids, *, num_segments: _compiled(num_segments)(data, ids))
+
+
+def _lowering(ctx, data, ids, *, num_segments, platform):
+  if platform not in _ffi.register_all() or platform != "cpu":
+    raise NotImplementedError(f"jaxext.equivariant.segment_sum has no {platform} kernel in this "
+                              "version")
+  (aval, _) = ctx.avals_in
+  out = jax.ShapeDtypeStruct((num_segments,) + aval.shape[1:], aval.dtype)
+  return compat.lower_fun(lambda d, i: (jax.ffi.ffi_call("jaxext_segment_sum", out)(d, i),),
+                          multiple_results=True)(ctx, data, ids)
+
+
+compat.register_lowering(segment_sum_p, functools.partial(_lowering, platform="cpu"), "cpu")
+compat.register_lowering(segment_sum_p, functools.partial(_lowering, platform="CUDA"), "cuda")
+
+
+def _jvp(primals, tangents, *, num_segments):
+  data, ids = primals
+  ddata, _ = tangents
+  out = segment_sum_p.bind(data, ids, num_segments=num_segments)
+  if compat.is_zero_tangent(ddata):
+    return out, jnp.zeros_like(out)
+  return out, segment_sum_p.bind(ddata, ids, num_segments=num_segments)
+
+
+def _transpose(ct, data, ids, *, num_segments):
+  assert compat.is_undefined_primal(data) and not compat.is_undefined_primal(ids)
+  ct = compat.instantiate_zeros(ct)
+  return jnp.take(ct, ids, axis=0, mode="fill", fill_value=0), None
+
+
+compat.register_jvp(segment_sum_p, _jvp)
+compat.register_transpose(segment_sum_p, _transpose)
+
+
+def _batch(args, dims, *, num_segments):
+  (data, ids), (dd, di) = args, dims
+  if not compat.is_mapped(di):  # shared ids: the batch axis becomes a feature axis
+    data = jnp.moveaxis(data, dd, 1)
+    return segment_sum_p.bind(data, ids, num_segments=num_segments), 1
+  size = compat.batch_size(args, dims)
+  data = compat.batch_axis_to_front(data, dd, size)
+  ids = compat.batch_axis_to_front(ids, di, size)
+  out = jax.lax.map(lambda a: segment_sum_p.bind(a[0], a[1], num_segments=num_segments),
+                    (data, ids))
+  return out, 0
+
+
+compat.register_batching(segment_sum_p, _batch)

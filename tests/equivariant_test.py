@@ -1,0 +1,233 @@
+"""Tests of jaxext.equivariant against e3nn-jax 0.21.0 (the conventions are e3nn's): spherical
+harmonics number for number up to l = 8 in every normalisation, equivariance under random
+rotations (e3nn's Wigner D matrices), derivatives to third order (check_grads) and against e3nn's
+gradients; the deterministic segment sum against NumPy, bitwise across runs and thread counts,
+its derivatives, vmap; argument errors."""
+
+import os
+import subprocess
+import sys
+
+import e3nn_jax as e3nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+jax.config.update("jax_enable_x64", True)
+
+from jaxext import equivariant as eq  # noqa: E402
+
+IRREPS = ["0e", "1o", "2e", "0e+1o+2e+3o", "2x0e+1o+3x2e+5o+4e+6e", "1e+2e+3e", "7o+8e",
+          "1y+2y+3y"]
+
+
+@pytest.mark.parametrize("irreps", IRREPS)
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("normalization", ["component", "norm", "integral"])
+def test_matches_e3nn(irreps, normalize, normalization):
+  rng = np.random.default_rng(0)
+  v = rng.normal(size=(7, 5, 3)) * rng.uniform(0.1, 3.0, size=(7, 5, 1))
+  got = eq.spherical_harmonics(irreps, v, normalize=normalize, normalization=normalization)
+  want = e3nn.spherical_harmonics(irreps, v, normalize=normalize,
+                                  normalization=normalization).array
+  assert got.shape == want.shape
+  scale = max(1.0, float(np.abs(want).max()))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-12 * scale)
+
+
+def test_int_and_list_and_float32_and_zero_vector():
+  rng = np.random.default_rng(1)
+  v = rng.normal(size=(100, 3))
+  got = eq.spherical_harmonics(6, v)
+  want = e3nn.spherical_harmonics("0e+1o+2e+3o+4e+5o+6e", v, normalize=True).array
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-12)
+  got = eq.spherical_harmonics([2, 0], v)
+  want = e3nn.spherical_harmonics("2e+0e", v, normalize=True).array
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-12)
+  got32 = eq.spherical_harmonics(6, v.astype(np.float32))
+  assert got32.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(got32), np.asarray(eq.spherical_harmonics(6, v)),
+                             atol=2e-5)
+  zero = eq.spherical_harmonics("0e+1o+2e", np.zeros((1, 3)))
+  np.testing.assert_allclose(np.asarray(zero),
+                             np.asarray(e3nn.spherical_harmonics("0e+1o+2e", np.zeros((1, 3)),
+                                                                 normalize=True).array))
+
+
+def test_unit_norm_per_degree_on_the_sphere():
+  v = np.random.default_rng(2).normal(size=(50, 3))
+  y = np.asarray(eq.spherical_harmonics(8, v, normalization="component"))
+  for l in range(9):
+    np.testing.assert_allclose(np.sum(y[:, l * l:(l + 1) ** 2] ** 2, 1), 2 * l + 1, rtol=1e-12)
+
+
+def test_equivariance_under_rotations():
+  irreps = "0e+1o+2e+3o+4e+5o+6e"
+  rng = np.random.default_rng(3)
+  v = rng.normal(size=(20, 3))
+  for _ in range(3):
+    q = np.linalg.qr(rng.normal(size=(3, 3)))[0]
+    q *= np.sign(np.linalg.det(q))  # a proper rotation
+    d = np.asarray(e3nn.Irreps(irreps).D_from_matrix(q))
+    lhs = np.asarray(eq.spherical_harmonics(irreps, v @ q.T))
+    rhs = np.asarray(eq.spherical_harmonics(irreps, v)) @ d.T
+    np.testing.assert_allclose(lhs, rhs, atol=1e-12)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_derivatives_to_third_order(normalize):
+  v = np.random.default_rng(4).normal(size=(4, 3))
+  f = lambda x: eq.spherical_harmonics("0e+1o+2e+3o+4e", x, normalize=normalize)
+  check_grads(f, (v,), order=3, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+
+
+def test_gradients_match_e3nn():
+  rng = np.random.default_rng(5)
+  v = rng.normal(size=(30, 3))
+  w = rng.normal(size=(30, 49))
+  ours = jax.grad(lambda x: jnp.sum(w * eq.spherical_harmonics(6, x)))(v)
+  ref = jax.grad(lambda x: jnp.sum(w * e3nn.spherical_harmonics(
+      "0e+1o+2e+3o+4e+5o+6e", x, normalize=True).array))(v)
+  np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), atol=1e-11)
+  hess = jax.hessian(lambda x: jnp.sum(w[0] * eq.spherical_harmonics(6, x)))(v[0])
+  hess_ref = jax.hessian(lambda x: jnp.sum(w[0] * e3nn.spherical_harmonics(
+      "0e+1o+2e+3o+4e+5o+6e", x, normalize=True).array))(v[0])
+  np.testing.assert_allclose(np.asarray(hess), np.asarray(hess_ref), atol=1e-10)
+
+
+def test_jit_and_vmap():
+  v = np.random.default_rng(6).normal(size=(3, 8, 3))
+  direct = eq.spherical_harmonics(4, v)
+  np.testing.assert_allclose(np.asarray(jax.jit(lambda x: eq.spherical_harmonics(4, x))(v)),
+                             np.asarray(direct), rtol=1e-14, atol=1e-14)
+  mapped = jax.vmap(lambda x: eq.spherical_harmonics(4, x), in_axes=1, out_axes=1)(v)
+  # the normalisation (jnp) may fuse differently under vmap: equal to roundoff
+  np.testing.assert_allclose(np.asarray(mapped), np.asarray(direct), rtol=1e-14, atol=1e-14)
+  raw = eq.spherical_harmonics(4, v, normalize=False)  # the kernel alone: bit for bit
+  mapped = jax.vmap(lambda x: eq.spherical_harmonics(4, x, normalize=False), in_axes=1,
+                    out_axes=1)(v)
+  np.testing.assert_array_equal(np.asarray(mapped), np.asarray(raw))
+  # vectors stored (3, N): the batch axis is the last one
+  cols = np.moveaxis(v[0], 0, 1)  # (3, 8)
+  per_column = jax.vmap(lambda x: eq.spherical_harmonics(4, x, normalize=False), in_axes=1)(cols)
+  np.testing.assert_array_equal(np.asarray(per_column), np.asarray(raw[0]))
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    ("1x", ValueError, "lmax_or_irreps"),
+    ("2o", ValueError, "even"),
+    ("1o+3e", ValueError, "parity"),
+    (13, ValueError, "l up to"),
+    (-1, ValueError, "lmax"),
+    (3.5, TypeError, "irreps"),
+])
+def test_bad_irreps(bad, error, match):
+  with pytest.raises(error, match=match):
+    eq.spherical_harmonics(bad, np.ones((2, 3)))
+
+
+def test_bad_vectors_and_normalization():
+  with pytest.raises(ValueError, match="vectors"):
+    eq.spherical_harmonics(2, np.ones((2, 4)))
+  with pytest.raises(TypeError, match="vectors"):
+    eq.spherical_harmonics(2, np.ones((2, 3), complex))
+  with pytest.raises(ValueError, match="normalization"):
+    eq.spherical_harmonics(2, np.ones((2, 3)), normalization="unit")
+
+
+# --- segment_sum --------------------------------------------------------------------------------
+
+def reference_segment_sum(data, ids, n):
+  out = np.zeros((n,) + data.shape[1:], data.dtype)
+  ok = (ids >= 0) & (ids < n)
+  np.add.at(out, ids[ok], data[ok])
+  return out
+
+
+@pytest.mark.parametrize("sorted_ids", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_segment_sum_matches_numpy(sorted_ids, dtype):
+  rng = np.random.default_rng(7)
+  ids = rng.integers(-2, 40, 500)  # some out of range, some segments empty
+  if sorted_ids:
+    ids = np.sort(ids)
+  data = rng.normal(size=(500, 3, 4)).astype(dtype)
+  got = eq.segment_sum(data, ids, 37, indices_are_sorted=sorted_ids)
+  assert got.shape == (37, 3, 4) and got.dtype == dtype
+  tol = 1e-5 if dtype == np.float32 else 1e-12
+  np.testing.assert_allclose(np.asarray(got), reference_segment_sum(data, ids, 37), rtol=tol,
+                             atol=tol)
+
+
+def test_segment_sum_edge_cases():
+  empty = eq.segment_sum(np.zeros((0, 5)), np.zeros(0, np.int32), 3)
+  np.testing.assert_array_equal(np.asarray(empty), np.zeros((3, 5)))
+  none = eq.segment_sum(np.ones((4, 2)), np.arange(4), 0)
+  assert none.shape == (0, 2)
+  with pytest.raises(Exception, match="not sorted"):
+    jax.block_until_ready(eq.segment_sum(np.ones((3, 2)), np.array([2, 0, 1]), 3,
+                                         indices_are_sorted=True))
+
+
+_DETERMINISM = r"""
+import sys, numpy as np, jax
+jax.config.update("jax_enable_x64", True)
+from jaxext import equivariant as eq
+rng = np.random.default_rng(11)
+ids = rng.integers(0, 1000, 200000)
+data = rng.normal(size=(200000, 8)) * 10.0 ** rng.uniform(-8, 8, (200000, 1))
+out = np.asarray(eq.segment_sum(data, ids, 1000))
+sys.stdout.write(out.tobytes().hex()[:0] + str(hash(out.tobytes())))
+"""
+
+
+def test_segment_sum_is_bitwise_deterministic_across_runs_and_threads():
+  outs = []
+  for flags in ("", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"):
+    env = dict(os.environ, XLA_FLAGS=flags, PYTHONHASHSEED="0")
+    for _ in range(2):
+      r = subprocess.run([sys.executable, "-c", _DETERMINISM], env=env, capture_output=True,
+                         text=True, check=True)
+      outs.append(r.stdout)
+  assert len(set(outs)) == 1, outs
+  # ... and the values are those of summing each segment in row order
+  rng = np.random.default_rng(12)
+  ids = rng.integers(0, 5, 64)
+  data = rng.normal(size=64) * 10.0 ** rng.uniform(-12, 12, 64)
+  got = np.asarray(eq.segment_sum(data, ids, 5))
+  for s in range(5):
+    acc = 0.0
+    for x in data[ids == s]:
+      acc += x
+    assert got[s] == acc
+
+
+def test_segment_sum_derivatives_and_vmap():
+  rng = np.random.default_rng(13)
+  ids = rng.integers(0, 6, 30)
+  data = rng.normal(size=(30, 2))
+  f = lambda d: eq.segment_sum(d, ids, 6) ** 2
+  check_grads(f, (data,), order=3, modes=("fwd", "rev"))
+  batched = rng.normal(size=(4, 30, 2))
+  got = jax.vmap(lambda d: eq.segment_sum(d, ids, 6))(batched)
+  for b in range(4):
+    np.testing.assert_allclose(np.asarray(got[b]), reference_segment_sum(batched[b], ids, 6),
+                               atol=1e-12)
+  id_batch = rng.integers(0, 6, (4, 30))
+  got = jax.vmap(lambda d, i: eq.segment_sum(d, i, 6))(batched, id_batch)
+  for b in range(4):
+    np.testing.assert_allclose(np.asarray(got[b]),
+                               reference_segment_sum(batched[b], id_batch[b], 6), atol=1e-12)
+
+
+def test_segment_sum_bad_arguments():
+  with pytest.raises(TypeError, match="segment_ids"):
+    eq.segment_sum(np.ones((3, 2)), np.ones(3), 2)
+  with pytest.raises(ValueError, match="segment_ids"):
+    eq.segment_sum(np.ones((3, 2)), np.ones(4, np.int32), 2)
+  with pytest.raises(ValueError, match="num_segments"):
+    eq.segment_sum(np.ones((3, 2)), np.ones(3, np.int32), -1)
+  with pytest.raises(TypeError, match="num_segments"):
+    eq.segment_sum(np.ones((3, 2)), np.ones(3, np.int32), 2.5)
