@@ -231,3 +231,110 @@ def test_segment_sum_bad_arguments():
     eq.segment_sum(np.ones((3, 2)), np.ones(3, np.int32), -1)
   with pytest.raises(TypeError, match="num_segments"):
     eq.segment_sum(np.ones((3, 2)), np.ones(3, np.int32), 2.5)
+
+
+# --- tensor_product -----------------------------------------------------------------------------
+
+from e3nn_jax.legacy import FunctionalTensorProduct  # noqa: E402
+from jaxext.equivariant import _cg  # noqa: E402
+
+
+def test_clebsch_gordan_equal_e3nn():
+  for l1 in range(5):
+    for l2 in range(5):
+      for l3 in range(abs(l1 - l2), l1 + l2 + 1):
+        np.testing.assert_allclose(_cg.clebsch_gordan(l1, l2, l3), e3nn.clebsch_gordan(l1, l2, l3),
+                                   atol=1e-14)
+
+
+def e3nn_tensor_product(x, y, w, irreps_x, irreps_y, irreps_out):
+  instructions = [(i1, i2, io, "uvu", True) for i1, i2, io in eq.paths(irreps_x, irreps_y,
+                                                                        irreps_out)]
+  tp = FunctionalTensorProduct(e3nn.Irreps(irreps_x), e3nn.Irreps(irreps_y), e3nn.Irreps(irreps_out),
+                               instructions)
+  row = lambda a, b, c: tp.left_right(c, e3nn.IrrepsArray(irreps_x, a),
+                                      e3nn.IrrepsArray(irreps_y, b)).array
+  return jax.vmap(row)(x, y, w)
+
+
+TP_CASES = [
+    ("2x0e+2x1o", "0e+1o", "2x0e+2x1o+2x1e+2x2e"),
+    ("3x0e+3x1o+3x2e", "0e+1o+2e+3o", "3x0e+3x1o+3x2e+3x3o"),
+    ("4x1o+4x2e", "1o+2e", "4x0e+4x1e+4x2e+4x3o"),
+    ("2x0e+1x3o", "1o+3o", "2x1o+1x2e+1x4e+2x3o"),
+]
+
+
+def _tp_inputs(irreps_x, irreps_y, irreps_out, rows, seed):
+  rng = np.random.default_rng(seed)
+  nw = sum(e3nn.Irreps(irreps_x)[i1].mul for i1, _, _ in eq.paths(irreps_x, irreps_y, irreps_out))
+  return (rng.normal(size=(rows, e3nn.Irreps(irreps_x).dim)),
+          rng.normal(size=(rows, e3nn.Irreps(irreps_y).dim)), rng.normal(size=(rows, nw)))
+
+
+@pytest.mark.parametrize("irreps", TP_CASES, ids=[c[0] for c in TP_CASES])
+def test_tensor_product_matches_e3nn(irreps):
+  x, y, w = _tp_inputs(*irreps, rows=6, seed=20)
+  got = eq.tensor_product(x, y, w, *irreps)
+  want = e3nn_tensor_product(x, y, w, *irreps)
+  assert got.shape == want.shape
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-12)
+
+
+def test_tensor_product_equivariance():
+  ix, iy, io = "3x0e+3x1o+3x2e", "0e+1o+2e+3o", "3x0e+3x1o+3x2e+3x3o"
+  rng = np.random.default_rng(21)
+  x, _, w = _tp_inputs(ix, iy, io, rows=5, seed=22)
+  v = rng.normal(size=(5, 3))
+  q = np.linalg.qr(rng.normal(size=(3, 3)))[0]
+  q *= np.sign(np.linalg.det(q))
+  dx, do = (np.asarray(e3nn.Irreps(i).D_from_matrix(q)) for i in (ix, io))
+  y = eq.spherical_harmonics(iy, v)
+  y_rot = eq.spherical_harmonics(iy, v @ q.T)
+  lhs = eq.tensor_product(x @ dx.T, y_rot, w, ix, iy, io)
+  rhs = eq.tensor_product(x, y, w, ix, iy, io) @ do.T
+  np.testing.assert_allclose(np.asarray(lhs), np.asarray(rhs), atol=1e-12)
+
+
+def test_tensor_product_derivatives_to_third_order():
+  irreps = ("2x0e+2x1o", "0e+1o+2e", "2x0e+2x1o+2x2e")
+  x, y, w = _tp_inputs(*irreps, rows=3, seed=23)
+  f = lambda a, b, c: jnp.sin(eq.tensor_product(a, b, c, *irreps))
+  check_grads(f, (x, y, w), order=3, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+  ref_grad = jax.grad(lambda a, b, c: jnp.sum(jnp.sin(e3nn_tensor_product(a, b, c, *irreps))),
+                      argnums=(0, 1, 2))(x, y, w)
+  ours = jax.grad(lambda a, b, c: jnp.sum(f(a, b, c)), argnums=(0, 1, 2))(x, y, w)
+  for g, r in zip(ours, ref_grad):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=1e-12)
+
+
+def test_tensor_product_broadcast_vmap_float32():
+  irreps = ("2x0e+2x1o", "0e+1o", "2x0e+2x1o")
+  x, y, w = _tp_inputs(*irreps, rows=8, seed=24)
+  shared = eq.tensor_product(x, y[0], w[0], *irreps)  # y and w broadcast over the rows
+  want = e3nn_tensor_product(x, np.broadcast_to(y[0], y.shape), np.broadcast_to(w[0], w.shape),
+                             *irreps)
+  np.testing.assert_allclose(np.asarray(shared), np.asarray(want), atol=1e-12)
+  batched = jax.vmap(lambda a: eq.tensor_product(a, y, w, *irreps))(np.stack([x, 2 * x]))
+  np.testing.assert_allclose(np.asarray(batched[1]), 2 * np.asarray(batched[0]), atol=1e-12)
+  f32 = eq.tensor_product(x.astype(np.float32), y.astype(np.float32), w.astype(np.float32),
+                          *irreps)
+  assert f32.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(f32), np.asarray(eq.tensor_product(x, y, w, *irreps)),
+                             rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(irreps_y="2x1o"), ValueError, "irreps_y"),
+    (dict(irreps_x="2x0e+"), ValueError, "irreps_x"),
+    (dict(x=np.ones((2, 5))), ValueError, "x must have"),
+    (dict(weights=np.ones((2, 3))), ValueError, "weights"),
+    (dict(y=np.ones((3, 4))), ValueError, "broadcast"),
+])
+def test_tensor_product_bad_arguments(kwargs, error, match):
+  args = dict(x=np.ones((2, 8)), y=np.ones((2, 4)), weights=np.ones((2, 8)), irreps_x="2x0e+2x1o",
+              irreps_y="0e+1o", irreps_out="2x0e+2x1o")
+  args.update(kwargs)
+  with pytest.raises(error, match=match):
+    eq.tensor_product(args["x"], args["y"], args["weights"], args["irreps_x"], args["irreps_y"],
+                      args["irreps_out"])

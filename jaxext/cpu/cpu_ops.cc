@@ -4,6 +4,7 @@
 #include "jaxext/cpu/numba_cpu.h"
 #include "jaxext/cpu/ode_cpu.h"
 #include "jaxext/cpu/sph_cpu.h"
+#include "jaxext/cpu/tp_cpu.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
 #include "jaxext/common/ffi_helpers.h"
@@ -27,6 +28,8 @@ PYBIND11_MODULE(_cpu_ops, m) {
     d["jaxext_dop853"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextDop853Cpu);
     d["jaxext_sph"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSphCpu);
     d["jaxext_segment_sum"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSegmentSumCpu);
+    d["jaxext_tensor_product"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTensorProductCpu);
     return d;
   });
   // jaxext.numba_kernel: the entry point of a compiled kernel, by content id (see numba_cpu.h).

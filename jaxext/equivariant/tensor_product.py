@@ -1,0 +1,243 @@
+"""The channelwise ("uvu") tensor product of MACE/NequIP, e3nn-jax's conventions.
+
+    out = tensor_product(x, y, weights, "64x0e+64x1o", "0e+1o+2e", "64x0e+64x1o+64x2e")
+
+For every x irrep (mul x l1), y irrep (1 x l2, multiplicity 1) and output irrep (mul x l3) with
+|l1 - l2| <= l3 <= l1 + l2 and matching parity there is a path, in the order (x term, y term,
+output term); channel u of the path's output block gets
+
+    sqrt((2 l3 + 1) / P) * w[path, u] * sum_ij C[i, j, k] x[u, i] y[j]
+
+with C e3nn's real Clebsch-Gordan coefficients (jaxext/equivariant/_cg.py) and P the number of
+paths into that output term: e3nn-jax's legacy FunctionalTensorProduct with "uvu" instructions,
+component irrep normalisation, element path normalisation and path gradient normalisation (its
+defaults). Weights: per row, the paths' blocks of `mul` channel weights, in path order.
+
+One primitive `tp_p` computes the product and its three derivatives ("modes": the result is x,
+y, w or out, the other three slots are inputs; jaxext/kernels/tp.h): the JVP of any mode is a sum
+of the same mode on the tangents, and the transpose of any mode with respect to one input is the
+mode of that input, so derivatives of every order are these four kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+
+from jaxext import _ffi
+from jaxext import _jax_compat as compat
+from jaxext import _sharding
+from jaxext._validation import float_operand
+from jaxext.equivariant import _cg, _irreps
+
+__all__ = ["tensor_product", "tp_p", "paths"]
+
+X, Y, W, OUT = 0, 1, 2, 3
+_SLOTS = ("x", "y", "weights", "out")
+
+tp_p = Primitive("jaxext_tensor_product")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+  """Everything static about one (irreps_x, irreps_y, irreps_out) triple."""
+  dims: tuple[int, int, int, int]        # sizes of the x, y, w, out slots
+  paths: tuple[tuple[int, ...], ...]     # per path: the 10 tp::Path fields
+  cg: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # i, j, k, value
+
+
+def _offsets(terms):
+  out, pos = [], 0
+  for mul, l, _ in terms:
+    out.append(pos)
+    pos += mul * (2 * l + 1)
+  return out
+
+
+@functools.lru_cache(maxsize=128)
+def _spec(tx, ty, to) -> _Spec:
+  ox, oy, oo = _offsets(tx), _offsets(ty), _offsets(to)
+  raw = []
+  for i1, (m1, l1, p1) in enumerate(tx):
+    for i2, (m2, l2, p2) in enumerate(ty):
+      for io, (mo, l3, p3) in enumerate(to):
+        if m1 == mo and p1 * p2 == p3 and abs(l1 - l2) <= l3 <= l1 + l2:
+          raw.append((i1, i2, io))
+  count = {}
+  for _, _, io in raw:
+    count[io] = count.get(io, 0) + 1
+  paths, ci, cj, ck, cv = [], [], [], [], []
+  w_off = 0
+  for i1, i2, io in raw:
+    (m1, l1, _), (_, l2, _), (_, l3, _) = tx[i1], ty[i2], to[io]
+    c = _cg.clebsch_gordan(l1, l2, l3) * math.sqrt((2 * l3 + 1) / count[io])
+    i, j, k = np.nonzero(c)
+    begin = len(cv)
+    ci.extend(i.tolist())
+    cj.extend(j.tolist())
+    ck.extend(k.tolist())
+    cv.extend(c[i, j, k].tolist())
+    paths.append((ox[i1], oy[i2], w_off, oo[io], m1, 2 * l1 + 1, 2 * l2 + 1, 2 * l3 + 1, begin,
+                  len(cv)))
+    w_off += m1
+  dims = (_irreps.dim(tx), _irreps.dim(ty), w_off, _irreps.dim(to))
+  cg = (np.asarray(ci, np.int64), np.asarray(cj, np.int64), np.asarray(ck, np.int64),
+        np.asarray(cv, np.float64))
+  return _Spec(dims=dims, paths=tuple(paths), cg=cg)
+
+
+def paths(irreps_x, irreps_y, irreps_out) -> list[tuple[int, int, int]]:
+  """The (x term, y term, output term) index triples of the product's paths, in weight order."""
+  tx, ty, to = (_irreps.parse(i, n) for i, n in ((irreps_x, "irreps_x"), (irreps_y, "irreps_y"),
+                                                    (irreps_out, "irreps_out")))
+  out = []
+  for i1, (m1, l1, p1) in enumerate(tx):
+    for i2, (_, l2, p2) in enumerate(ty):
+      for io, (mo, l3, p3) in enumerate(to):
+        if m1 == mo and p1 * p2 == p3 and abs(l1 - l2) <= l3 <= l1 + l2:
+          out.append((i1, i2, io))
+  return out
+
+
+def tensor_product(x, y, weights, irreps_x, irreps_y, irreps_out):
+  """The channelwise tensor product (see the module docstring), per row.
+
+  Args:
+    x: (..., dim(irreps_x)); y: (..., dim(irreps_y)), every y multiplicity 1 (e.g. spherical
+      harmonics); weights: (..., number of weights) = sum over paths of the x multiplicity.
+      Leading axes broadcast together.
+    irreps_x, irreps_y, irreps_out: irreps strings ("64x0e+64x1o+64x2e").
+
+  Returns:
+    (..., dim(irreps_out)); output irreps without a path are zero.
+  """
+  tx = _irreps.parse(irreps_x, "irreps_x")
+  ty = _irreps.parse(irreps_y, "irreps_y")
+  to = _irreps.parse(irreps_out, "irreps_out")
+  if any(m != 1 for m, _, _ in ty):
+    raise ValueError(f"irreps_y: every multiplicity must be 1 (one weight per path and channel); "
+                     f"got {irreps_y!r}")
+  spec = _spec(tx, ty, to)
+  x = float_operand(x, "x")
+  y = float_operand(y, "y")
+  weights = float_operand(weights, "weights")
+  for arr, name, d in ((x, "x", spec.dims[X]), (y, "y", spec.dims[Y]),
+                       (weights, "weights", spec.dims[W])):
+    if arr.ndim < 1 or arr.shape[-1] != d:
+      raise ValueError(f"{name} must have a last axis of {d} for these irreps; got shape "
+                       f"{arr.shape}")
+  dtype = jnp.result_type(x, y, weights)
+  try:
+    lead = jnp.broadcast_shapes(x.shape[:-1], y.shape[:-1], weights.shape[:-1])
+  except ValueError as err:
+    raise ValueError(f"x, y and weights have leading shapes {x.shape[:-1]}, {y.shape[:-1]}, "
+                     f"{weights.shape[:-1]} that do not broadcast") from err
+  rows = int(np.prod(lead, dtype=np.int64))
+  flat = lambda a: jnp.broadcast_to(a.astype(dtype), lead + a.shape[-1:]).reshape(rows, -1)
+  out = tp_p.bind(flat(x), flat(y), flat(weights), mode=OUT, key=(tx, ty, to))
+  return out.reshape(lead + (spec.dims[OUT],))
+
+
+def _inputs(mode):
+  return [s for s in range(4) if s != mode]
+
+
+def _abstract_eval(a, b, c, *, mode, key):
+  spec = _spec(*key)
+  for arr, s in zip((a, b, c), _inputs(mode)):
+    if arr.ndim != 2 or arr.shape[1] != spec.dims[s] or arr.shape[0] != a.shape[0]:
+      raise TypeError(f"tp_p: operand for {_SLOTS[s]} has shape {arr.shape}")
+  return jax.core.ShapedArray((a.shape[0], spec.dims[mode]), a.dtype)
+
+
+tp_p.def_abstract_eval(_abstract_eval)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(mode, key):
+  return jax.jit(functools.partial(tp_p.bind, mode=mode, key=key))
+
+
+tp_p.def_impl(lambda a, b, c, *, mode, key: _compiled(mode, key)(a, b, c))
+
+
+def _lowering(ctx, a, b, c, *, mode, key, platform):
+  if platform != "cpu" or platform not in _ffi.register_all():
+    raise NotImplementedError(f"jaxext.equivariant.tensor_product has no {platform} kernel in "
+                              "this version")
+  spec = _spec(*key)
+  ci, cj, ck, cv = spec.cg
+  pad_i = lambda v: v if v.size else np.zeros(1, np.int64)
+  attrs = dict(mode=np.int64(mode), dims=np.asarray(spec.dims, np.int64),
+               paths=pad_i(np.asarray(spec.paths, np.int64).reshape(-1)),
+               cg_i=pad_i(ci), cg_j=pad_i(cj), cg_k=pad_i(ck),
+               cg_v=cv if cv.size else np.zeros(1, np.float64),
+               n_paths=np.int64(len(spec.paths)), n_entries=np.int64(cv.size))
+
+  def result_types(a, b, c):
+    return (jax.ShapeDtypeStruct((a.shape[0], spec.dims[mode]), a.dtype),)
+
+  rows = ("rows", None)
+  return _sharding.lower(ctx, (a, b, c),
+                         _sharding.ffi_per_shard("jaxext_tensor_product", result_types, **attrs),
+                         [rows, rows, rows], [rows])
+
+
+compat.register_lowering(tp_p, functools.partial(_lowering, platform="cpu"), "cpu",
+                         partitioned=True)
+compat.register_lowering(tp_p, functools.partial(_lowering, platform="CUDA"), "cuda",
+                         partitioned=True)
+
+
+def _jvp(primals, tangents, *, mode, key):
+  out = tp_p.bind(*primals, mode=mode, key=key)
+  total = None
+  for q, t in enumerate(tangents):
+    if compat.is_zero_tangent(t):
+      continue
+    args = list(primals)
+    args[q] = t
+    term = tp_p.bind(*args, mode=mode, key=key)
+    total = term if total is None else total + term
+  if total is None:
+    total = jnp.zeros_like(out)
+  return out, total
+
+
+def _transpose(ct, a, b, c, *, mode, key):
+  operands = (a, b, c)
+  undefined = [q for q, v in enumerate(operands) if compat.is_undefined_primal(v)]
+  if len(undefined) != 1:
+    raise NotImplementedError("tp_p is linear in each operand separately, not jointly")
+  (q,) = undefined
+  slot_q = _inputs(mode)[q]
+  ct = compat.instantiate_zeros(ct)
+  values = {s: v for s, v in zip(_inputs(mode), operands)}
+  values[mode] = ct
+  args = [values[s] for s in _inputs(slot_q)]
+  result = tp_p.bind(*args, mode=slot_q, key=key)
+  cts = [None, None, None]
+  cts[q] = result
+  return cts
+
+
+compat.register_jvp(tp_p, _jvp)
+compat.register_transpose(tp_p, _transpose)
+
+
+def _batch(args, dims, *, mode, key):
+  size = compat.batch_size(args, dims)
+  moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
+  rows = moved[0].shape[1]
+  flat = [m.reshape((size * rows,) + m.shape[2:]) for m in moved]
+  out = tp_p.bind(*flat, mode=mode, key=key)
+  return out.reshape((size, rows) + out.shape[1:]), 0
+
+
+compat.register_batching(tp_p, _batch)
