@@ -338,3 +338,123 @@ def test_tensor_product_bad_arguments(kwargs, error, match):
   with pytest.raises(error, match=match):
     eq.tensor_product(args["x"], args["y"], args["weights"], args["irreps_x"], args["irreps_y"],
                       args["irreps_out"])
+
+
+# --- conv -----------------------------------------------------------------------------------------
+
+CONV_IRREPS = ("3x0e+3x1o+3x2e", "0e+1o+2e+3o", "3x0e+3x1o+3x2e")
+
+
+def _graph(nodes, edges, seed, self_loops=True):
+  rng = np.random.default_rng(seed)
+  snd = rng.integers(0, nodes, edges)
+  rcv = rng.integers(0, nodes, edges)
+  if self_loops:
+    rcv[:3] = snd[:3]
+  return snd, rcv
+
+
+def _conv_inputs(nodes, edges, seed):
+  ix, iy, io = CONV_IRREPS
+  rng = np.random.default_rng(seed)
+  snd, rcv = _graph(nodes, edges, seed)
+  x = rng.normal(size=(nodes, e3nn.Irreps(ix).dim))
+  vec = rng.normal(size=(edges, 3))
+  y = np.asarray(eq.spherical_harmonics(iy, vec))
+  nw = sum(e3nn.Irreps(ix)[i1].mul for i1, _, _ in eq.paths(ix, iy, io))
+  w = rng.normal(size=(edges, nw))
+  return x, y, w, snd, rcv
+
+
+def test_conv_equals_unfused_e3nn():
+  nodes, edges = 12, 60
+  x, y, w, snd, rcv = _conv_inputs(nodes, edges, 30)
+  got = eq.conv(x, y, w, snd, rcv, nodes, *CONV_IRREPS)
+  messages = e3nn_tensor_product(x[snd], y, w, *CONV_IRREPS)
+  want = jax.ops.segment_sum(messages, rcv, nodes)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-12)
+  # isolated nodes get zero; an empty graph gives zeros
+  isolated = np.setdiff1d(np.arange(nodes), rcv)
+  assert np.all(np.asarray(got)[isolated] == 0)
+  empty = eq.conv(x, y[:0], w[:0], snd[:0], rcv[:0], nodes, *CONV_IRREPS)
+  np.testing.assert_array_equal(np.asarray(empty), 0)
+
+
+def test_conv_derivatives_to_third_order_and_against_e3nn():
+  nodes, edges = 5, 14
+  x, y, w, snd, rcv = _conv_inputs(nodes, edges, 31)
+  f = lambda a, b, c: jnp.tanh(eq.conv(a, b, c, snd, rcv, nodes, *CONV_IRREPS))
+  # Finite differences to second order; the third order (where differences of differences lose
+  # too many digits at these magnitudes) exactly against autodiff of the unfused e3nn reference.
+  check_grads(f, (x, y, w), order=2, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+  ref = lambda a, b, c: jnp.tanh(jax.ops.segment_sum(
+      e3nn_tensor_product(a[snd], b, c, *CONV_IRREPS), rcv, nodes))
+  g = jax.grad(lambda *a: jnp.sum(f(*a) ** 2), argnums=(0, 1, 2))(x, y, w)
+  g_ref = jax.grad(lambda *a: jnp.sum(ref(*a) ** 2), argnums=(0, 1, 2))(x, y, w)
+  for a, b in zip(g, g_ref):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-11)
+  rng = np.random.default_rng(35)
+  t = tuple(rng.normal(size=v.shape) for v in (x, y, w))
+
+  def third(fun):  # d^3/ds^3 of sum(fun(p + s t)) at s = 0, by reverse over forward over forward
+    scalar = lambda s: jnp.sum(fun(*(p + s * d for p, d in zip((x, y, w), t))))
+    d1 = lambda s: jax.jvp(scalar, (s,), (1.0,))[1]
+    d2 = lambda s: jax.jvp(d1, (s,), (1.0,))[1]
+    return jax.grad(d2)(0.0)
+  assert float(third(f)) == pytest.approx(float(third(ref)), rel=1e-10)
+
+
+def test_conv_forces_and_their_gradient():
+  # energy of a tiny model: conv over edge harmonics of positions; forces = -dE/dpos, and the
+  # gradient of a force loss with respect to the weights (second order through the kernels)
+  nodes, edges = 6, 20
+  x, _, w, snd, rcv = _conv_inputs(nodes, edges, 32)
+  pos = np.random.default_rng(33).normal(size=(nodes, 3))
+  ix, iy, io = CONV_IRREPS
+
+  def energy(p, weights, fused=True):
+    vec = p[rcv] - p[snd] + 0.1  # no zero-length edges (self-loops)
+    y = eq.spherical_harmonics(iy, vec)
+    if fused:
+      m = eq.conv(x, y, weights, snd, rcv, nodes, ix, iy, io)
+    else:
+      m = jax.ops.segment_sum(e3nn_tensor_product(x[snd], y, weights, ix, iy, io), rcv, nodes)
+    return jnp.sum(m[:, :3] ** 2)
+
+  forces = lambda p, wt, fused: -jax.grad(energy)(p, wt, fused)
+  np.testing.assert_allclose(np.asarray(forces(pos, w, True)), np.asarray(forces(pos, w, False)),
+                             atol=1e-10)
+  loss = lambda wt, fused: jnp.sum(forces(pos, wt, fused) ** 2)
+  np.testing.assert_allclose(np.asarray(jax.grad(loss)(w, True)),
+                             np.asarray(jax.grad(loss)(w, False)), atol=1e-9)
+
+
+def test_conv_is_deterministic_and_checks_indices():
+  x, y, w, snd, rcv = _conv_inputs(30, 400, 34)
+  a = np.asarray(eq.conv(x, y, w, snd, rcv, 30, *CONV_IRREPS))
+  b = np.asarray(jax.jit(lambda *z: eq.conv(*z, snd, rcv, 30, *CONV_IRREPS))(x, y, w))
+  np.testing.assert_array_equal(a, b)
+  bad = rcv.copy()
+  bad[5] = 30
+  with pytest.raises(Exception, match="outside the nodes"):
+    jax.block_until_ready(eq.conv(x, y, w, snd, bad, 30, *CONV_IRREPS))
+  with pytest.raises(ValueError, match="edge_weights"):
+    eq.conv(x, y, w[:-1], snd, rcv, 30, *CONV_IRREPS)
+  with pytest.raises(TypeError, match="senders"):
+    eq.conv(x, y, w, snd.astype(float), rcv, 30, *CONV_IRREPS)
+  with pytest.raises(ValueError, match="num_nodes"):
+    eq.conv(x, y, w, snd, rcv, -1, *CONV_IRREPS)
+
+
+def test_conv_vmap_over_graphs():
+  xs, ys, ws = [], [], []
+  for s in range(3):
+    x, y, w, _, _ = _conv_inputs(8, 30, 40 + s)
+    xs.append(x); ys.append(y); ws.append(w)
+  _, _, _, snd, rcv = _conv_inputs(8, 30, 40)
+  out = jax.vmap(lambda a, b, c: eq.conv(a, b, c, snd, rcv, 8, *CONV_IRREPS))(
+      np.stack(xs), np.stack(ys), np.stack(ws))
+  for s in range(3):
+    np.testing.assert_allclose(np.asarray(out[s]),
+                               np.asarray(eq.conv(xs[s], ys[s], ws[s], snd, rcv, 8, *CONV_IRREPS)),
+                               atol=1e-13)

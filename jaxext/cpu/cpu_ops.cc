@@ -1,4 +1,5 @@
 // The `_cpu_ops` extension module: registrations() -> {target name: FFI handler capsule}.
+#include "jaxext/cpu/conv_cpu.h"
 #include "jaxext/cpu/kepler_cpu.h"
 #include "jaxext/cpu/limbdark_cpu.h"
 #include "jaxext/cpu/numba_cpu.h"
@@ -28,6 +29,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
     d["jaxext_dop853"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextDop853Cpu);
     d["jaxext_sph"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSphCpu);
     d["jaxext_segment_sum"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSegmentSumCpu);
+    d["jaxext_conv"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextConvCpu);
     d["jaxext_tensor_product"] =
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTensorProductCpu);
     return d;

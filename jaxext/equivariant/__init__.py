@@ -3,14 +3,17 @@
     Y = jaxext.equivariant.spherical_harmonics("0e+1o+2e+3o", edge_vectors)   # (E, 16)
     h = jaxext.equivariant.tensor_product(x, Y, w, "64x0e+64x1o", "0e+1o+2e+3o", "64x0e+64x1o")
     m = jaxext.equivariant.segment_sum(messages, receivers, num_nodes)        # deterministic
+    m = jaxext.equivariant.conv(x, Y, w, senders, receivers, n, "64x0e+64x1o", "0e+1o+2e+3o",
+                                "64x0e+64x1o")                                 # fused, no E x dim
 
 Results agree with e3nn-jax 0.21.0 number for number (tests/equivariant_test.py). CPU kernels;
 derivatives of every order.
 """
 
+from jaxext.equivariant.conv import conv, conv_p
 from jaxext.equivariant.segment import segment_sum, segment_sum_p
 from jaxext.equivariant.spherical_harmonics import sph_p, spherical_harmonics
 from jaxext.equivariant.tensor_product import paths, tensor_product, tp_p
 
-__all__ = ["paths", "segment_sum", "segment_sum_p", "sph_p", "spherical_harmonics",
+__all__ = ["conv", "conv_p", "paths", "segment_sum", "segment_sum_p", "sph_p", "spherical_harmonics",
            "tensor_product", "tp_p"]

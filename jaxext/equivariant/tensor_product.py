@@ -148,6 +148,17 @@ def _inputs(mode):
   return [s for s in range(4) if s != mode]
 
 
+def ffi_attrs(spec: _Spec, mode: int) -> dict:
+  """The FFI attributes shared by jaxext_tensor_product and jaxext_conv (see tp_cpu.h)."""
+  ci, cj, ck, cv = spec.cg
+  pad_i = lambda v: v if v.size else np.zeros(1, np.int64)
+  return dict(mode=np.int64(mode), dims=np.asarray(spec.dims, np.int64),
+              paths=pad_i(np.asarray(spec.paths, np.int64).reshape(-1)),
+              cg_i=pad_i(ci), cg_j=pad_i(cj), cg_k=pad_i(ck),
+              cg_v=cv if cv.size else np.zeros(1, np.float64),
+              n_paths=np.int64(len(spec.paths)), n_entries=np.int64(cv.size))
+
+
 def _abstract_eval(a, b, c, *, mode, key):
   spec = _spec(*key)
   for arr, s in zip((a, b, c), _inputs(mode)):
@@ -172,13 +183,7 @@ def _lowering(ctx, a, b, c, *, mode, key, platform):
     raise NotImplementedError(f"jaxext.equivariant.tensor_product has no {platform} kernel in "
                               "this version")
   spec = _spec(*key)
-  ci, cj, ck, cv = spec.cg
-  pad_i = lambda v: v if v.size else np.zeros(1, np.int64)
-  attrs = dict(mode=np.int64(mode), dims=np.asarray(spec.dims, np.int64),
-               paths=pad_i(np.asarray(spec.paths, np.int64).reshape(-1)),
-               cg_i=pad_i(ci), cg_j=pad_i(cj), cg_k=pad_i(ck),
-               cg_v=cv if cv.size else np.zeros(1, np.float64),
-               n_paths=np.int64(len(spec.paths)), n_entries=np.int64(cv.size))
+  attrs = ffi_attrs(spec, mode)
 
   def result_types(a, b, c):
     return (jax.ShapeDtypeStruct((a.shape[0], spec.dims[mode]), a.dtype),)

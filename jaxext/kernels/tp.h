@@ -26,12 +26,15 @@ struct Path {
 };
 constexpr int kPathFields = 10;
 
-// rows[s]: the row of slot s (the result slot is written, the others read); dims[s]: its size.
+// rows[s]: the row of slot s (the result slot is written, the others read). The result row is
+// zeroed first unless `accumulate` (the fused convolution adds several edges into one row).
 template <typename T>
 JAXEXT_HD_FUNC void Row(int mode, const Path* paths, int64_t n_paths, const int64_t* ci,
                         const int64_t* cj, const int64_t* ck, const T* cv, const T* const* rows,
-                        T* result, int64_t result_size) {
-  for (int64_t r = 0; r < result_size; ++r) result[r] = T(0);
+                        T* result, int64_t result_size, bool accumulate = false) {
+  if (!accumulate) {
+    for (int64_t r = 0; r < result_size; ++r) result[r] = T(0);
+  }
   const T* x = rows[kX];
   const T* y = rows[kY];
   const T* w = rows[kW];

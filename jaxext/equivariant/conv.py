@@ -1,0 +1,179 @@
+"""The fused equivariant convolution: m_j = sum over edges i -> j of TP(x_i, Y_ij; W_ij).
+
+No E x dim message array is ever made: the kernel (jaxext/cpu/conv_cpu.cc) walks each receiver's
+edges in a fixed order, gathering sender features and adding the tensor product of
+jaxext/kernels/tp.h straight into the receiver's row: deterministic, no atomics. As for
+tensor_product, one primitive `conv_p` has four modes (the result is x, the edge harmonics y, the
+edge weights w, or out) that are each other's JVPs and transposes: node results (out by receiver,
+x's cotangent by sender) add their edges in sorted order, edge results are per edge.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+
+from jaxext import _ffi
+from jaxext import _jax_compat as compat
+from jaxext._validation import float_operand
+from jaxext.equivariant import _irreps
+from jaxext.equivariant.tensor_product import OUT, W, X, Y, _spec, ffi_attrs
+
+__all__ = ["conv", "conv_p"]
+
+conv_p = Primitive("jaxext_conv")
+_NODE_SLOTS = (X, OUT)
+
+
+def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x, irreps_sh,
+         irreps_out):
+  """Messages TP(x[senders], edge_sh, edge_weights) summed at `receivers`, fused.
+
+  Args:
+    x: (num_senders, dim(irreps_x)) node features.
+    edge_sh: (E, dim(irreps_sh)) per-edge harmonics (multiplicities 1), edge_weights: (E, number
+      of weights of the product) per-edge path-and-channel weights (see tensor_product).
+    senders, receivers: (E,) integer node indices, in any order (sorted inside, stably); an index
+      outside [0, num_senders) or [0, num_nodes) raises when the computation runs.
+    num_nodes: static number of output nodes.
+
+  Returns:
+    (num_nodes, dim(irreps_out)), equal to
+    segment_sum(tensor_product(x[senders], edge_sh, edge_weights, ...), receivers, num_nodes).
+  """
+  tx = _irreps.parse(irreps_x, "irreps_x")
+  ty = _irreps.parse(irreps_sh, "irreps_sh")
+  to = _irreps.parse(irreps_out, "irreps_out")
+  if any(m != 1 for m, _, _ in ty):
+    raise ValueError(f"irreps_sh: every multiplicity must be 1; got {irreps_sh!r}")
+  spec = _spec(tx, ty, to)
+  x = float_operand(x, "x")
+  y = float_operand(edge_sh, "edge_sh")
+  w = float_operand(edge_weights, "edge_weights")
+  for arr, name, d in ((x, "x", spec.dims[X]), (y, "edge_sh", spec.dims[Y]),
+                       (w, "edge_weights", spec.dims[W])):
+    if arr.ndim != 2 or arr.shape[1] != d:
+      raise ValueError(f"{name} must have shape (rows, {d}) for these irreps; got {arr.shape}")
+  e = y.shape[0]
+  if w.shape[0] != e:
+    raise ValueError(f"edge_weights has {w.shape[0]} rows, edge_sh {e}")
+  snd, rcv = jnp.asarray(senders), jnp.asarray(receivers)
+  for ids, name in ((snd, "senders"), (rcv, "receivers")):
+    if not jnp.issubdtype(ids.dtype, jnp.integer):
+      raise TypeError(f"{name} must be integers; got dtype {ids.dtype}")
+    if ids.shape != (e,):
+      raise ValueError(f"{name} must have shape ({e},) (one per edge); got {ids.shape}")
+  try:
+    num_nodes = operator.index(num_nodes)
+  except TypeError:
+    raise TypeError("num_nodes must be a static int") from None
+  if num_nodes < 0:
+    raise ValueError(f"num_nodes must be >= 0; got {num_nodes}")
+  dtype = jnp.result_type(x, y, w)
+  snd, rcv = snd.astype(jnp.int32), rcv.astype(jnp.int32)
+  graph = _graph(snd, rcv, x.shape[0], num_nodes)
+  return conv_p.bind(x.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
+                     key=(tx, ty, to))
+
+
+def _graph(snd, rcv, num_senders, num_nodes):
+  """senders, receivers, edges by receiver with ranges, edges by sender with ranges (int32)."""
+  def order(ids, n):
+    perm = jnp.argsort(ids, stable=True).astype(jnp.int32)
+    ranges = jnp.searchsorted(ids[perm], jnp.arange(n + 1, dtype=jnp.int32)).astype(jnp.int32)
+    return perm, ranges
+  return (snd, rcv) + order(rcv, num_nodes) + order(snd, num_senders)
+
+
+def _inputs(mode):
+  return [s for s in range(4) if s != mode]
+
+
+def _rows(mode, graph_avals, slot):
+  e = graph_avals[0].shape[0]
+  return {X: graph_avals[5].shape[0] - 1, Y: e, W: e, OUT: graph_avals[3].shape[0] - 1}[slot]
+
+
+def _abstract_eval(a, b, c, *graph, mode, key):
+  spec = _spec(*key)
+  for arr, s in zip((a, b, c), _inputs(mode)):
+    if arr.shape != (_rows(mode, graph, s), spec.dims[s]):
+      raise TypeError(f"conv_p: operand of slot {s} has shape {arr.shape}")
+  return jax.core.ShapedArray((_rows(mode, graph, mode), spec.dims[mode]), a.dtype)
+
+
+conv_p.def_abstract_eval(_abstract_eval)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(mode, key):
+  return jax.jit(functools.partial(conv_p.bind, mode=mode, key=key))
+
+
+conv_p.def_impl(lambda *args, mode, key: _compiled(mode, key)(*args))
+
+
+def _lowering(ctx, *args, mode, key, platform):
+  if platform != "cpu" or platform not in _ffi.register_all():
+    raise NotImplementedError(f"jaxext.equivariant.conv has no {platform} kernel in this version")
+  spec = _spec(*key)
+  aval = ctx.avals_out[0]
+  out = jax.ShapeDtypeStruct(aval.shape, aval.dtype)
+  call = jax.ffi.ffi_call("jaxext_conv", out)
+  attrs = ffi_attrs(spec, mode)
+  return compat.lower_fun(lambda *xs: (call(*xs, **attrs),), multiple_results=True)(ctx, *args)
+
+
+compat.register_lowering(conv_p, functools.partial(_lowering, platform="cpu"), "cpu")
+compat.register_lowering(conv_p, functools.partial(_lowering, platform="CUDA"), "cuda")
+
+
+def _jvp(primals, tangents, *, mode, key):
+  data, graph = primals[:3], primals[3:]
+  out = conv_p.bind(*primals, mode=mode, key=key)
+  total = None
+  for q, t in enumerate(tangents[:3]):
+    if compat.is_zero_tangent(t):
+      continue
+    args = list(data)
+    args[q] = t
+    term = conv_p.bind(*args, *graph, mode=mode, key=key)
+    total = term if total is None else total + term
+  if total is None:
+    total = jnp.zeros_like(out)
+  return out, total
+
+
+def _transpose(ct, *args, mode, key):
+  data, graph = args[:3], args[3:]
+  undefined = [q for q, v in enumerate(data) if compat.is_undefined_primal(v)]
+  if len(undefined) != 1 or any(compat.is_undefined_primal(g) for g in graph):
+    raise NotImplementedError("conv_p is linear in each feature operand separately")
+  (q,) = undefined
+  slot_q = _inputs(mode)[q]
+  values = {s: v for s, v in zip(_inputs(mode), data)}
+  values[mode] = compat.instantiate_zeros(ct)
+  result = conv_p.bind(*(values[s] for s in _inputs(slot_q)), *graph, mode=slot_q, key=key)
+  cts = [None] * len(args)
+  cts[q] = result
+  return cts
+
+
+compat.register_jvp(conv_p, _jvp)
+compat.register_transpose(conv_p, _transpose)
+
+
+def _batch(args, dims, *, mode, key):
+  """A batch of graphs (same sizes): one call per graph (jax.lax.map)."""
+  size = compat.batch_size(args, dims)
+  moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
+  out = jax.lax.map(lambda xs: conv_p.bind(*xs, mode=mode, key=key), tuple(moved))
+  return out, 0
+
+
+compat.register_batching(conv_p, _batch)
