@@ -26,15 +26,11 @@ struct Path {
 };
 constexpr int kPathFields = 10;
 
-// rows[s]: the row of slot s (the result slot is written, the others read). The result row is
-// zeroed first unless `accumulate` (the fused convolution adds several edges into one row).
-template <typename T>
-JAXEXT_HD_FUNC void Row(int mode, const Path* paths, int64_t n_paths, const int64_t* ci,
-                        const int64_t* cj, const int64_t* ck, const T* cv, const T* const* rows,
-                        T* result, int64_t result_size, bool accumulate = false) {
-  if (!accumulate) {
-    for (int64_t r = 0; r < result_size; ++r) result[r] = T(0);
-  }
+// One mode, specialised at compile time (no branch in the innermost loop).
+template <typename T, int kMode>
+JAXEXT_HD_FUNC void RowMode(const Path* paths, int64_t n_paths, const int64_t* ci,
+                            const int64_t* cj, const int64_t* ck, const T* cv,
+                            const T* const* rows, T* result) {
   const T* x = rows[kX];
   const T* y = rows[kY];
   const T* w = rows[kW];
@@ -45,22 +41,42 @@ JAXEXT_HD_FUNC void Row(int mode, const Path* paths, int64_t n_paths, const int6
       const int64_t xb = q.x + u * q.dx, ob = q.out + u * q.dout, wi = q.w + u;
       for (int64_t e = q.begin; e < q.end; ++e) {
         const int64_t xi = xb + ci[e], yj = q.y + cj[e], ok = ob + ck[e];
-        switch (mode) {
-          case kOut:
-            result[ok] += cv[e] * w[wi] * x[xi] * y[yj];
-            break;
-          case kX:
-            result[xi] += cv[e] * w[wi] * y[yj] * o[ok];
-            break;
-          case kY:
-            result[yj] += cv[e] * w[wi] * x[xi] * o[ok];
-            break;
-          default:  // kW
-            result[wi] += cv[e] * x[xi] * y[yj] * o[ok];
-            break;
+        if constexpr (kMode == kOut) {
+          result[ok] += cv[e] * w[wi] * x[xi] * y[yj];
+        } else if constexpr (kMode == kX) {
+          result[xi] += cv[e] * w[wi] * y[yj] * o[ok];
+        } else if constexpr (kMode == kY) {
+          result[yj] += cv[e] * w[wi] * x[xi] * o[ok];
+        } else {
+          result[wi] += cv[e] * x[xi] * y[yj] * o[ok];
         }
       }
     }
+  }
+}
+
+// rows[s]: the row of slot s (the result slot is written, the others read). The result row is
+// zeroed first unless `accumulate` (the fused convolution adds several edges into one row).
+template <typename T>
+JAXEXT_HD_FUNC void Row(int mode, const Path* paths, int64_t n_paths, const int64_t* ci,
+                        const int64_t* cj, const int64_t* ck, const T* cv, const T* const* rows,
+                        T* result, int64_t result_size, bool accumulate = false) {
+  if (!accumulate) {
+    for (int64_t r = 0; r < result_size; ++r) result[r] = T(0);
+  }
+  switch (mode) {
+    case kOut:
+      RowMode<T, kOut>(paths, n_paths, ci, cj, ck, cv, rows, result);
+      break;
+    case kX:
+      RowMode<T, kX>(paths, n_paths, ci, cj, ck, cv, rows, result);
+      break;
+    case kY:
+      RowMode<T, kY>(paths, n_paths, ci, cj, ck, cv, rows, result);
+      break;
+    default:
+      RowMode<T, kW>(paths, n_paths, ci, cj, ck, cv, rows, result);
+      break;
   }
 }
 
