@@ -1,10 +1,10 @@
 """jaxext.equivariant benchmark (#12): one MACE-like interaction layer on CPU, three ways.
 
-    tools/bazel run //benchmarks:equivariant [-- --nodes 1000 --edges 30000 --rounds 7
+    tools/bazel run //benchmarks:equivariant [-- --nodes 1000 --edges 30000 --rounds 5
         --dtypes float64,float32 --arms fused,unfused,e3nn --weights random|mlp --cpus 0
         --no-rss --no-profile --json /abs/path.json]
 
-The default (N = 1000 nodes, E = 30000 edges, both dtypes, 7 rounds, RSS workers and the kernel
+The default (N = 1000 nodes, E = 30000 edges, both dtypes, 5 rounds, RSS workers and the kernel
 profile) takes 3-5 min on 2 cores (the longer when they are busy); figures in
 benchmarks/RESULTS.md. `--cpus 0` pins the process to CPU 0 before jax starts (a one-core
 comparison: XLA sizes its thread pool from the allowed CPUs).
@@ -359,7 +359,7 @@ def main():
   p.add_argument("--arms", default=",".join(ARMS))
   p.add_argument("--weights", choices=("random", "mlp"), default="random",
                  help="per-edge weights: random (E, 832), or a radial MLP of |r| (both arms)")
-  p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
+  p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
   p.add_argument("--no-rss", action="store_true", help="skip the per-arm RSS subprocesses")
   p.add_argument("--no-profile", action="store_true", help="skip the per-mode kernel profile")
   p.add_argument("--profile-calls", type=int, default=5, help="calls per profiled piece (best)")
