@@ -28,8 +28,10 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
                       ffi::Span<const int64_t> dims, ffi::Span<const int64_t> paths,
                       ffi::Span<const int64_t> cg_i, ffi::Span<const int64_t> cg_j,
                       ffi::Span<const int64_t> cg_k, ffi::Span<const double> cg_v,
-                      int64_t n_paths, int64_t n_entries) {
-  if (mode < 0 || mode > 3 || dims.size() != 4 ||
+                      int64_t n_paths, int64_t n_entries, ffi::Span<const int64_t> x_terms,
+                      ffi::Span<const int64_t> out_terms) {
+  if (mode < 0 || mode > 3 || dims.size() != 4 || x_terms.size() % tp::kTermFields != 0 ||
+      out_terms.size() % tp::kTermFields != 0 ||
       static_cast<int64_t>(paths.size()) < n_paths * tp::kPathFields ||
       static_cast<int64_t>(cg_v.size()) < n_entries) {
     return ErrorFuture(Invalid("bad attributes"));
@@ -75,35 +77,46 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
   const int64_t d[4] = {dims[0], dims[1], dims[2], dims[3]};
   const int m = static_cast<int>(mode);
   const int64_t n_rows = rows[m];
-  // The row pointers of the four slots for edge k (the result slot's is unused).
-  auto edge_rows = [=](int64_t k, const T** row) {
-    row[tp::kX] = slot[tp::kX] ? slot[tp::kX] + snd[k] * d[tp::kX] : nullptr;
-    row[tp::kY] = slot[tp::kY] ? slot[tp::kY] + k * d[tp::kY] : nullptr;
-    row[tp::kW] = slot[tp::kW] ? slot[tp::kW] + k * d[tp::kW] : nullptr;
-    row[tp::kOut] = slot[tp::kOut] ? slot[tp::kOut] + rcv[k] * d[tp::kOut] : nullptr;
-  };
+  const tp::Term* xt = reinterpret_cast<const tp::Term*>(x_terms.begin());
+  const tp::Term* ot = reinterpret_cast<const tp::Term*>(out_terms.begin());
+  const int64_t nxt = static_cast<int64_t>(x_terms.size()) / tp::kTermFields;
+  const int64_t not_ = static_cast<int64_t>(out_terms.size()) / tp::kTermFields;
   const int64_t per_row = std::max<int64_t>(1, n_entries * 8 * std::max<int64_t>(1, e) /
                                                    std::max<int64_t>(1, n_rows));
   return ParallelFor(pool, n_rows, std::max<int64_t>(1, 200000 / per_row),
                      [=](int64_t begin, int64_t end) {
                        const T* cv = values->data();
-                       const T* row[4];
+                       std::vector<T> x_minor(d[tp::kX]), o_minor(d[tp::kOut]), acc(d[m]);
+                       // Adds edge k's contribution to acc (channel-minor for node results).
+                       auto add_edge = [&](int64_t k) {
+                         if (m != tp::kX) {
+                           tp::ToMinor(xt, nxt, slot[tp::kX] + snd[k] * d[tp::kX], x_minor.data());
+                         }
+                         if (m != tp::kOut) {
+                           tp::ToMinor(ot, not_, slot[tp::kOut] + rcv[k] * d[tp::kOut],
+                                       o_minor.data());
+                         }
+                         tp::AccumulateMode<T>(
+                             m, path, n_paths, ci, cj, ck, cv,
+                             m != tp::kX ? x_minor.data() : nullptr,
+                             slot[tp::kY] ? slot[tp::kY] + k * d[tp::kY] : nullptr,
+                             slot[tp::kW] ? slot[tp::kW] + k * d[tp::kW] : nullptr,
+                             m != tp::kOut ? o_minor.data() : nullptr, acc.data());
+                       };
                        for (int64_t i = begin; i < end; ++i) {
+                         std::fill(acc.begin(), acc.end(), T(0));
                          T* dst = result + i * d[m];
                          if (m == tp::kY || m == tp::kW) {  // one edge per result row
-                           edge_rows(i, row);
-                           tp::Row<T>(m, path, n_paths, ci, cj, ck, cv, row, dst, d[m]);
+                           add_edge(i);
+                           std::copy(acc.begin(), acc.end(), dst);
                            continue;
                          }
-                         // a node: its edges, in sorted order
+                         // a node: its edges in sorted order, then back to e3nn's layout
                          const int32_t* order = m == tp::kOut ? order_r : order_s;
                          const int32_t* range = m == tp::kOut ? range_r : range_s;
-                         for (int64_t k = 0; k < d[m]; ++k) dst[k] = T(0);
-                         for (int32_t q = range[i]; q < range[i + 1]; ++q) {
-                           edge_rows(order[q], row);
-                           tp::Row<T>(m, path, n_paths, ci, cj, ck, cv, row, dst, d[m],
-                                      /*accumulate=*/true);
-                         }
+                         for (int32_t q = range[i]; q < range[i + 1]; ++q) add_edge(order[q]);
+                         tp::ToMajor(m == tp::kOut ? ot : xt, m == tp::kOut ? not_ : nxt,
+                                     acc.data(), dst);
                        }
                      });
 }
@@ -114,16 +127,17 @@ ffi::Future ConvImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b, f
                      ffi::Result<ffi::AnyBuffer> out, int64_t mode, ffi::Span<const int64_t> dims,
                      ffi::Span<const int64_t> paths, ffi::Span<const int64_t> cg_i,
                      ffi::Span<const int64_t> cg_j, ffi::Span<const int64_t> cg_k,
-                     ffi::Span<const double> cg_v, int64_t n_paths, int64_t n_entries) {
+                     ffi::Span<const double> cg_v, int64_t n_paths, int64_t n_entries,
+                     ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms) {
   switch (out->element_type()) {
     case ffi::DataType::F32:
       return ConvTyped<float>(pool, a, b, c, senders, receivers, by_recv, recv_ranges, by_send,
                               send_ranges, out, mode, dims, paths, cg_i, cg_j, cg_k, cg_v,
-                              n_paths, n_entries);
+                              n_paths, n_entries, x_terms, out_terms);
     case ffi::DataType::F64:
       return ConvTyped<double>(pool, a, b, c, senders, receivers, by_recv, recv_ranges, by_send,
                                send_ranges, out, mode, dims, paths, cg_i, cg_j, cg_k, cg_v,
-                               n_paths, n_entries);
+                               n_paths, n_entries, x_terms, out_terms);
     default:
       return ErrorFuture(Invalid("float32 or float64 only"));
   }
@@ -152,7 +166,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCpu, ConvImpl,
                                   .Attr<ffi::Span<const int64_t>>("cg_k")
                                   .Attr<ffi::Span<const double>>("cg_v")
                                   .Attr<int64_t>("n_paths")
-                                  .Attr<int64_t>("n_entries"));
+                                  .Attr<int64_t>("n_entries")
+                                  .Attr<ffi::Span<const int64_t>>("x_terms")
+                                  .Attr<ffi::Span<const int64_t>>("out_terms"));
 
 }  // namespace cpu
 }  // namespace jaxext

@@ -49,6 +49,8 @@ class _Spec:
   """Everything static about one (irreps_x, irreps_y, irreps_out) triple."""
   dims: tuple[int, int, int, int]        # sizes of the x, y, w, out slots
   paths: tuple[tuple[int, ...], ...]     # per path: the 10 tp::Path fields
+  x_terms: tuple[tuple[int, int, int], ...]    # per x irrep: offset, multiplicity, 2l+1
+  out_terms: tuple[tuple[int, int, int], ...]  # the same for out
   cg: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # i, j, k, value
 
 
@@ -89,7 +91,9 @@ def _spec(tx, ty, to) -> _Spec:
   dims = (_irreps.dim(tx), _irreps.dim(ty), w_off, _irreps.dim(to))
   cg = (np.asarray(ci, np.int64), np.asarray(cj, np.int64), np.asarray(ck, np.int64),
         np.asarray(cv, np.float64))
-  return _Spec(dims=dims, paths=tuple(paths), cg=cg)
+  terms = lambda ts, offs: tuple((o, m, 2 * l + 1) for o, (m, l, _) in zip(offs, ts))
+  return _Spec(dims=dims, paths=tuple(paths), x_terms=terms(tx, ox), out_terms=terms(to, oo),
+               cg=cg)
 
 
 def paths(irreps_x, irreps_y, irreps_out) -> list[tuple[int, int, int]]:
@@ -152,11 +156,14 @@ def ffi_attrs(spec: _Spec, mode: int) -> dict:
   """The FFI attributes shared by jaxext_tensor_product and jaxext_conv (see tp_cpu.h)."""
   ci, cj, ck, cv = spec.cg
   pad_i = lambda v: v if v.size else np.zeros(1, np.int64)
+  # an empty irreps list gets one empty block (offset 0, multiplicity 0, size 0)
+  terms = lambda ts: np.asarray(ts or ((0, 0, 0),), np.int64).reshape(-1)
   return dict(mode=np.int64(mode), dims=np.asarray(spec.dims, np.int64),
               paths=pad_i(np.asarray(spec.paths, np.int64).reshape(-1)),
               cg_i=pad_i(ci), cg_j=pad_i(cj), cg_k=pad_i(ck),
               cg_v=cv if cv.size else np.zeros(1, np.float64),
-              n_paths=np.int64(len(spec.paths)), n_entries=np.int64(cv.size))
+              n_paths=np.int64(len(spec.paths)), n_entries=np.int64(cv.size),
+              x_terms=terms(spec.x_terms), out_terms=terms(spec.out_terms))
 
 
 def _abstract_eval(a, b, c, *, mode, key):
