@@ -24,18 +24,21 @@ ffi::Future SphTyped(ffi::ThreadPool& pool, ffi::AnyBuffer vectors, ffi::Result<
       static_cast<int64_t>(out->element_count()) != m * size) {
     return ErrorFuture(ffi::Error::InvalidArgument("jaxext spherical_harmonics: bad shapes"));
   }
-  T nrm[sph::Size(sph::kMaxL)];
-  for (int64_t i = 0; i < size; ++i) nrm[i] = T(norms[i]);
+  // The recurrence runs in double for either dtype: its intermediate values grow like (2l-1)!!
+  // |v|^l before the normalisation shrinks them, which overflows float32 early (l = 12 at
+  // |v| ~ 180).
+  double nrm[sph::Size(sph::kMaxL)];
+  for (int64_t i = 0; i < size; ++i) nrm[i] = norms[i];
   const T* v = vectors.typed_data<T>();
   T* y = out->typed_data<T>();
   const int l = static_cast<int>(lmax);
   return ParallelFor(pool, m, std::max<int64_t>(1, 65536 / size),
                      [=](int64_t begin, int64_t end) {
-                       T local[sph::Size(sph::kMaxL)];
-                       for (int64_t k = 0; k < size; ++k) local[k] = nrm[k];
+                       double row[sph::Size(sph::kMaxL)];
                        for (int64_t i = begin; i < end; ++i) {
-                         sph::SolidHarmonics<T>(l, v[3 * i], v[3 * i + 1], v[3 * i + 2], local,
-                                                y + i * size);
+                         sph::SolidHarmonics<double>(l, v[3 * i], v[3 * i + 1], v[3 * i + 2], nrm,
+                                                     row);
+                         for (int64_t k = 0; k < size; ++k) y[i * size + k] = static_cast<T>(row[k]);
                        }
                      });
 }

@@ -26,7 +26,10 @@ def parse(irreps, what: str = "irreps") -> tuple[tuple[int, int, int], ...]:
     return tuple(terms)
   if isinstance(irreps, (tuple, list)) and all(
       isinstance(t, (tuple, list)) and len(t) == 3 for t in irreps):
-    return tuple((int(a), int(b), int(c)) for a, b, c in irreps)
+    terms = tuple((int(a), int(b), int(c)) for a, b, c in irreps)
+    if any(mul < 0 or l < 0 or p not in (-1, 1) for mul, l, p in terms):
+      raise ValueError(f"{what}: (multiplicity >= 0, l >= 0, parity +-1) per term; got {irreps!r}")
+    return terms
   raise TypeError(f"{what} must be an irreps string such as '64x0e+64x1o'; got {irreps!r}")
 
 

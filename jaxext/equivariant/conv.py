@@ -22,7 +22,7 @@ from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext._validation import float_operand
 from jaxext.equivariant import _irreps
-from jaxext.equivariant.tensor_product import OUT, W, X, Y, _spec, ffi_attrs
+from jaxext.equivariant.tensor_product import OUT, W, X, Y, _spec, check_reachable, ffi_attrs
 
 __all__ = ["conv", "conv_p"]
 
@@ -38,7 +38,7 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x,
     x: (num_senders, dim(irreps_x)) node features.
     edge_sh: (E, dim(irreps_sh)) per-edge harmonics (multiplicities 1), edge_weights: (E, number
       of weights of the product) per-edge path-and-channel weights (see tensor_product).
-    senders, receivers: (E,) integer node indices, in any order (sorted inside, stably); an index
+    senders, receivers: (E,) integer node indices (within the int32 range), in any order (sorted inside, stably); an index
       outside [0, num_senders) or [0, num_nodes) raises when the computation runs.
     num_nodes: static number of output nodes.
 
@@ -51,6 +51,7 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x,
   to = _irreps.parse(irreps_out, "irreps_out")
   if any(m != 1 for m, _, _ in ty):
     raise ValueError(f"irreps_sh: every multiplicity must be 1; got {irreps_sh!r}")
+  check_reachable(tx, ty, to, "irreps_out")
   spec = _spec(tx, ty, to)
   x = float_operand(x, "x")
   y = float_operand(edge_sh, "edge_sh")

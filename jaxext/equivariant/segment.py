@@ -34,7 +34,7 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
 
   Args:
     data: (E, ...) float32 or float64.
-    segment_ids: (E,) integers.
+    segment_ids: (E,) integers (within the int32 range).
     num_segments: static int >= 0.
   """
   data = float_operand(data, "data")
@@ -101,6 +101,9 @@ def _jvp(primals, tangents, *, num_segments):
 def _transpose(ct, data, ids, *, num_segments):
   assert compat.is_undefined_primal(data) and not compat.is_undefined_primal(ids)
   ct = compat.instantiate_zeros(ct)
+  # Rows the sum dropped (ids outside [0, num_segments)) get zero: send them past the end (take
+  # would wrap negative indices).
+  ids = jnp.where((ids < 0) | (ids >= num_segments), num_segments, ids)
   return jnp.take(ct, ids, axis=0, mode="fill", fill_value=0), None
 
 

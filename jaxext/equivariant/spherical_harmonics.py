@@ -34,7 +34,8 @@ def spherical_harmonics(lmax_or_irreps, vectors, normalize: bool = True,
   """Real spherical harmonics of `vectors`, as `e3nn_jax.spherical_harmonics(...).array`.
 
   Args:
-    lmax_or_irreps: an int lmax (all l = 0..lmax, parities (-1)^l), a sequence of ints, or an
+    lmax_or_irreps: an int lmax (all l = 0..lmax, parities (-1)^l; note: e3nn-jax reads an int as
+      the single degree l), a sequence of ints (those degrees), or an
       irreps string such as "0e+1o+2e+3o" (multiplicities repeat a block; even l must be "e" and
       the odd l share one parity, as e3nn requires).
     vectors: (..., 3) float32 or float64.
@@ -53,7 +54,7 @@ def spherical_harmonics(lmax_or_irreps, vectors, normalize: bool = True,
   x = float_operand(vectors, "vectors")
   if x.ndim < 1 or x.shape[-1] != 3:
     raise ValueError(f"vectors must have shape (..., 3); got {x.shape}")
-  if not terms:
+  if _irreps.dim(terms) == 0:
     return jnp.zeros(x.shape[:-1] + (0,), x.dtype)
   if normalize:
     r2 = jnp.sum(x * x, axis=-1, keepdims=True)

@@ -96,6 +96,18 @@ def _spec(tx, ty, to) -> _Spec:
                cg=cg)
 
 
+def check_reachable(tx, ty, to, what: str) -> None:
+  """Raises if an output irrep could be coupled from x and y but never with x's multiplicity
+  (a likely typo: uvu keeps the channels of x, so that output would silently stay zero)."""
+  for mo, l3, p3 in to:
+    couples = [m1 for m1, l1, p1 in tx for _, l2, p2 in ty
+               if p1 * p2 == p3 and abs(l1 - l2) <= l3 <= l1 + l2]
+    if couples and mo not in couples and mo > 0:
+      raise ValueError(f"{what}: {mo}x{l3}{'e' if p3 == 1 else 'o'} is coupled only from x irreps "
+                       f"of multiplicity {sorted(set(couples))}; the channelwise product keeps x's "
+                       "multiplicity")
+
+
 def paths(irreps_x, irreps_y, irreps_out) -> list[tuple[int, int, int]]:
   """The (x term, y term, output term) index triples of the product's paths, in weight order."""
   tx, ty, to = (_irreps.parse(i, n) for i, n in ((irreps_x, "irreps_x"), (irreps_y, "irreps_y"),
@@ -127,6 +139,7 @@ def tensor_product(x, y, weights, irreps_x, irreps_y, irreps_out):
   if any(m != 1 for m, _, _ in ty):
     raise ValueError(f"irreps_y: every multiplicity must be 1 (one weight per path and channel); "
                      f"got {irreps_y!r}")
+  check_reachable(tx, ty, to, "irreps_out")
   spec = _spec(tx, ty, to)
   x = float_operand(x, "x")
   y = float_operand(y, "y")
@@ -143,7 +156,8 @@ def tensor_product(x, y, weights, irreps_x, irreps_y, irreps_out):
     raise ValueError(f"x, y and weights have leading shapes {x.shape[:-1]}, {y.shape[:-1]}, "
                      f"{weights.shape[:-1]} that do not broadcast") from err
   rows = int(np.prod(lead, dtype=np.int64))
-  flat = lambda a: jnp.broadcast_to(a.astype(dtype), lead + a.shape[-1:]).reshape(rows, -1)
+  flat = lambda a: jnp.broadcast_to(a.astype(dtype), lead + a.shape[-1:]).reshape(
+      rows, a.shape[-1])
   out = tp_p.bind(flat(x), flat(y), flat(weights), mode=OUT, key=(tx, ty, to))
   return out.reshape(lead + (spec.dims[OUT],))
 
