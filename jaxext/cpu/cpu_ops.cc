@@ -2,6 +2,7 @@
 #include "jaxext/cpu/conv_cpu.h"
 #include "jaxext/cpu/kepler_cpu.h"
 #include "jaxext/cpu/limbdark_cpu.h"
+#include "jaxext/cpu/native_registry.h"
 #include "jaxext/cpu/numba_cpu.h"
 #include "jaxext/cpu/ode_cpu.h"
 #include "jaxext/cpu/sph_cpu.h"
@@ -34,20 +35,13 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTensorProductCpu);
     return d;
   });
-  // jaxext.numba_kernel: the entry point of a compiled kernel, by content id (see numba_cpu.h).
+  // Native functions compiled by Numba (numba_kernel entry points, ode right-hand sides, events,
+  // Jacobians), by content id (native_registry.h).
   m.def(
-      "register_numba_kernel",
+      "register_native_function",
       [](int64_t id, uintptr_t address) {
-        if (address == 0) throw py::value_error("null Numba entry point");
-        jaxext::cpu::RegisterNumbaKernel(id, reinterpret_cast<jaxext::cpu::NumbaEntry>(address));
-      },
-      py::arg("kernel_id"), py::arg("address"));
-  // jaxext.ode: a Numba-compiled right-hand side or event function, by content id (ode_cpu.h).
-  m.def(
-      "register_ode_function",
-      [](int64_t id, uintptr_t address) {
-        if (address == 0) throw py::value_error("null ODE function address");
-        jaxext::cpu::RegisterOdeFunction(id, address);
+        if (address == 0) throw py::value_error("null native function address");
+        jaxext::cpu::RegisterNativeFunction(id, address);
       },
       py::arg("function_id"), py::arg("address"));
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

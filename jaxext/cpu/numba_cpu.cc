@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "jaxext/common/batch_layout.h"
+#include "jaxext/cpu/native_registry.h"
 #include "jaxext/cpu/parallel.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -18,22 +16,6 @@ namespace ffi = xla::ffi;
 namespace jaxext {
 namespace cpu {
 namespace {
-
-std::shared_mutex& RegistryMutex() {
-  static auto* mu = new std::shared_mutex;
-  return *mu;
-}
-
-std::unordered_map<int64_t, NumbaEntry>& Registry() {
-  static auto* registry = new std::unordered_map<int64_t, NumbaEntry>;
-  return *registry;
-}
-
-NumbaEntry Lookup(int64_t id) {
-  std::shared_lock<std::shared_mutex> lock(RegistryMutex());
-  auto it = Registry().find(id);
-  return it == Registry().end() ? nullptr : it->second;
-}
 
 // Elements per parallel chunk: below this a thread hand-off costs more than it saves.
 constexpr int64_t kGrainElements = 1 << 15;
@@ -66,7 +48,7 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
   auto fail = [&](ffi::ErrorCode code, const std::string& what) {
     return ErrorFuture(ffi::Error(code, "jaxext.numba_kernel '" + std::string(name) + "' " + what));
   };
-  const NumbaEntry entry = Lookup(kernel_id);
+  const NumbaEntry entry = LookupNativeFunctionAs<NumbaEntry>(kernel_id);
   if (entry == nullptr) {
     return fail(ffi::ErrorCode::kFailedPrecondition,
                 "is not compiled in this process (an executable from jax's compilation cache or a "
@@ -196,11 +178,6 @@ ffi::Future NumbaCallImpl(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::Re
 }
 
 }  // namespace
-
-void RegisterNumbaKernel(int64_t id, NumbaEntry entry) {
-  std::unique_lock<std::shared_mutex> lock(RegistryMutex());
-  Registry()[id] = entry;
-}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextNumbaCallCpu, NumbaCallImpl,
                               ffi::Ffi::Bind()

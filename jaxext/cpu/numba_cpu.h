@@ -1,9 +1,7 @@
 // CPU FFI handler of jaxext.numba_kernel: calls a Numba-compiled C function, no Python involved.
 //
-// A kernel is known to the handler by a 63-bit content id (a hash of the kernel's code and its
-// compiled signature, computed in Python), never by address: `RegisterNumbaKernel` maps id -> entry
-// point in this process, so an executable restored from jax's compilation cache, or a jax.export'ed
-// function, either finds the kernel compiled in this process or fails with an error naming it.
+// A kernel is known to the handler by its content id in the process's registry of native
+// functions (jaxext/cpu/native_registry.h).
 #ifndef JAXEXT_CPU_NUMBA_CPU_H_
 #define JAXEXT_CPU_NUMBA_CPU_H_
 
@@ -21,8 +19,6 @@ namespace cpu {
 //   status     set to 0 on success, non-zero if the kernel raised
 using NumbaEntry = void (*)(void* const* data, const int64_t* shapes, const double* fparams,
                             const int64_t* iparams, int32_t* status);
-
-void RegisterNumbaKernel(int64_t id, NumbaEntry entry);
 
 // Operands: any number of buffers (arguments), results likewise. Attributes:
 //   kernel_id (i64), name (string, for errors), fparams (f64[]), iparams (i64[]),

@@ -1,16 +1,14 @@
 #include "jaxext/cpu/ode_cpu.h"
 
 #include <cstdint>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "jaxext/cpu/native_registry.h"
 #include "jaxext/cpu/parallel.h"
+#include "jaxext/common/dop853_binding.h"
 #include "jaxext/kernels/dop853.h"
-#include "jaxext/kernels/dual.h"
 #include "jaxext/kernels/orbit.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -19,22 +17,6 @@ namespace ffi = xla::ffi;
 namespace jaxext {
 namespace cpu {
 namespace {
-
-std::shared_mutex& RegistryMutex() {
-  static auto* mu = new std::shared_mutex;
-  return *mu;
-}
-
-std::unordered_map<int64_t, uintptr_t>& Registry() {
-  static auto* registry = new std::unordered_map<int64_t, uintptr_t>;
-  return *registry;
-}
-
-uintptr_t Lookup(int64_t id) {
-  std::shared_lock<std::shared_mutex> lock(RegistryMutex());
-  auto it = Registry().find(id);
-  return it == Registry().end() ? 0 : it->second;
-}
 
 template <typename T>
 using NativeRhs = void (*)(T, const T*, const T*, T*, int32_t*);
@@ -66,24 +48,13 @@ template <typename T>
 using NativeJacobian = void (*)(T, const T*, const T*, T*, T*, int32_t*);
 
 // f and its Jacobians df/dy (n x n) and df/dp (n x np), row-major.
-constexpr int kModelDuals = orbit::kStateSize + 1;  // the state and the ballistic coefficient
-
 template <typename T>
 struct ModelJacobian {
   const orbit::Model<T>* model;
   const T* p;
   int64_t np;
   bool operator()(T t, const T* y, T* f, T* dfdy, T* dfdp) const {
-    using D = Dual<T, kModelDuals>;
-    D yd[orbit::kStateSize], pd[1], fd[orbit::kStateSize];
-    for (int i = 0; i < orbit::kStateSize; ++i) yd[i] = D::Variable(y[i], i);
-    pd[0] = np > 0 ? D::Variable(p[0], orbit::kStateSize) : D(T(0));
-    (*model)(t, yd, pd, fd);
-    for (int i = 0; i < orbit::kStateSize; ++i) {
-      f[i] = fd[i].v;
-      for (int k = 0; k < orbit::kStateSize; ++k) dfdy[i * orbit::kStateSize + k] = fd[i].d[k];
-      for (int64_t c = 0; c < np; ++c) dfdp[i * np + c] = c == 0 ? fd[i].d[orbit::kStateSize] : T(0);
-    }
+    model->Jacobian(t, y, p, np, f, dfdy, dfdp);
     return true;
   }
 };
@@ -116,16 +87,7 @@ struct Variational {
   T* dfdp;  // scratch: n x np
   bool operator()(T t, const T* y, T* f) const {
     if (!jacobian(t, y, f, dfdy, dfdp)) return false;
-    const int64_t cols = n + np;
-    const T* s = y + n;
-    T* ds = f + n;
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t c = 0; c < cols; ++c) {
-        T acc = c >= n ? dfdp[i * np + (c - n)] : T(0);
-        for (int64_t k = 0; k < n; ++k) acc += dfdy[i * n + k] * s[k * cols + c];
-        ds[i * cols + c] = acc;
-      }
-    }
+    dop853::Sensitivities(n, np, dfdy, dfdp, y + n, f + n);
     return true;
   }
 };
@@ -276,7 +238,7 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
                                  " parameter(s) per trajectory"));
     }
   } else {
-    user = reinterpret_cast<NativeRhs<T>>(Lookup(a.rhs_id));
+    user = LookupNativeFunctionAs<NativeRhs<T>>(a.rhs_id);
     if (user == nullptr) {
       return ErrorFuture(ffi::Error(
           ffi::ErrorCode::kNotFound,
@@ -285,7 +247,7 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
               "needs jaxext.ode.dop853 called once with the same function first)"));
     }
     if (sensitivities) {
-      user_jacobian = reinterpret_cast<NativeJacobian<T>>(Lookup(a.jac_id));
+      user_jacobian = LookupNativeFunctionAs<NativeJacobian<T>>(a.jac_id);
       if (user_jacobian == nullptr) {
         return ErrorFuture(Invalid("the Jacobian of '" + std::string(a.name) +
                                    "' is not compiled in this process"));
@@ -309,7 +271,7 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
     if (a.event_kinds[e] == 0) {
       if (n < 3) return ErrorFuture(Invalid("a radius event needs n >= 3"));
     } else {
-      events.fns[e] = reinterpret_cast<NativeEvent<T>>(Lookup(a.event_ids[e]));
+      events.fns[e] = LookupNativeFunctionAs<NativeEvent<T>>(a.event_ids[e]);
       if (events.fns[e] == nullptr) {
         return ErrorFuture(ffi::Error(ffi::ErrorCode::kNotFound,
                                       "jaxext.ode.dop853: an event function of '" +
@@ -390,41 +352,8 @@ ffi::Future Dop853Impl(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer p
 
 }  // namespace
 
-void RegisterOdeFunction(int64_t id, uintptr_t address) {
-  std::unique_lock<std::shared_mutex> lock(RegistryMutex());
-  Registry()[id] = address;
-}
-
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextDop853Cpu, Dop853Impl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("rhs_id")
-                                  .Attr<std::string_view>("name")
-                                  .Attr<ffi::Span<const double>>("model")
-                                  .Attr<ffi::Span<const double>>("rtol")
-                                  .Attr<ffi::Span<const double>>("atol")
-                                  .Attr<double>("first_step")
-                                  .Attr<double>("max_step")
-                                  .Attr<int64_t>("max_steps")
-                                  .Attr<int64_t>("n_events")
-                                  .Attr<ffi::Span<const int64_t>>("event_kinds")
-                                  .Attr<ffi::Span<const int64_t>>("event_ids")
-                                  .Attr<ffi::Span<const double>>("event_consts")
-                                  .Attr<ffi::Span<const int64_t>>("event_directions")
-                                  .Attr<ffi::Span<const int64_t>>("event_terminal")
-                                  .Attr<int64_t>("jac_id")
-                                  .Attr<int64_t>("sensitivities"));
+                              JAXEXT_DOP853_BINDING(ffi::ThreadPool));
 
 }  // namespace cpu
 }  // namespace jaxext

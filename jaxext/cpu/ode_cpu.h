@@ -2,8 +2,8 @@
 // sizes, own events) by the DOP853 of jaxext/kernels/dop853.h, spread over XLA's thread pool.
 //
 // Right-hand sides: a built-in model (jaxext/kernels/orbit.h, constants in an attribute) or a
-// function compiled by Numba (jaxext/ode/_native.py), known by content id: RegisterOdeFunction
-// maps id -> address in this process, as RegisterNumbaKernel does for kernels.
+// function compiled by Numba (jaxext/ode/_native.py), known by content id in the registry of
+// native functions (jaxext/cpu/native_registry.h), as Numba kernels are.
 #ifndef JAXEXT_CPU_ODE_CPU_H_
 #define JAXEXT_CPU_ODE_CPU_H_
 
@@ -18,8 +18,6 @@ namespace cpu {
 // the function raised):
 //   right-hand side  void rhs(T t, const T* y, const T* p, T* dydt, int32_t* status)
 //   event            T event(T t, const T* y, const T* p, int32_t* status)
-void RegisterOdeFunction(int64_t id, uintptr_t address);
-
 // Operands: y0 (N, n), params (N, p), t_span (N, 2), t_eval (M,), all of one float dtype.
 // Results: ys (N, M, n), t_final (N,), y_final (N, n), stats (N, 4) int32 (status, step attempts,
 //   accepted steps, right-hand side evaluations), t_events (N, E, K), y_events (N, E, K, n),

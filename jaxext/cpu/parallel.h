@@ -30,19 +30,23 @@ inline xla::ffi::Future ErrorFuture(xla::ffi::Error error) {
   return xla::ffi::Future(promise);
 }
 
+// fn(begin, end) as an ffi::Error, whether fn returns one or nothing.
+template <typename F>
+xla::ffi::Error CallChunk(F& fn, int64_t begin, int64_t end) {
+  if constexpr (std::is_same_v<std::invoke_result_t<F&, int64_t, int64_t>, xla::ffi::Error>) {
+    return fn(begin, end);
+  } else {
+    fn(begin, end);
+    return xla::ffi::Error::Success();
+  }
+}
+
 // Runs fn(begin, end) over [0, n) in at most (threads + 1) chunks of at least `grain` elements:
 // the calling thread takes the last chunk itself. `fn` returns void, or an ffi::Error: the first
 // failing chunk's error then completes the future (the other chunks still run).
 template <typename F>
 xla::ffi::Future ParallelFor(xla::ffi::ThreadPool& pool, int64_t n, int64_t grain, F fn) {
-  auto run = [fn](int64_t begin, int64_t end) mutable -> xla::ffi::Error {
-    if constexpr (std::is_same_v<std::invoke_result_t<F&, int64_t, int64_t>, xla::ffi::Error>) {
-      return fn(begin, end);
-    } else {
-      fn(begin, end);
-      return xla::ffi::Error::Success();
-    }
-  };
+  auto run = [fn](int64_t begin, int64_t end) mutable { return CallChunk(fn, begin, end); };
   // A few chunks per thread (the caller works too), so that uneven chunk costs and a pool that
   // is busier than its thread count suggests still balance.
   const int64_t max_chunks = std::max<int64_t>(1, 4 * (pool.num_threads() + 1));
@@ -75,12 +79,7 @@ xla::ffi::Future ParallelForDynamic(xla::ffi::ThreadPool& pool, int64_t n, int64
     for (;;) {
       const int64_t begin = next->fetch_add(block);
       if (begin >= n) break;
-      xla::ffi::Error err = xla::ffi::Error::Success();
-      if constexpr (std::is_same_v<std::invoke_result_t<F&, int64_t, int64_t>, xla::ffi::Error>) {
-        err = fn(begin, std::min(n, begin + block));
-      } else {
-        fn(begin, std::min(n, begin + block));
-      }
+      xla::ffi::Error err = CallChunk(fn, begin, std::min(n, begin + block));
       if (err.failure() && !first.failure()) first = std::move(err);
     }
     return first;

@@ -6,8 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "jaxext/common/dop853_binding.h"
 #include "jaxext/kernels/dop853.h"
-#include "jaxext/kernels/dual.h"
 #include "jaxext/kernels/orbit.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -44,29 +44,16 @@ struct ModelRhs {
   }
 };
 
-// f, df/dy and df/dp by dual numbers, and the variational equations (as jaxext/cpu/ode_cpu.cc).
+// f, df/dy and df/dp by dual numbers (orbit.h) and the variational equations (dop853.h).
 template <typename T>
 struct ModelVariational {
   const orbit::Model<T>* model;
   const T* p;
   int np;
   __host__ __device__ bool operator()(T t, const T* y, T* f) const {
-    using D = Dual<T, kN + 1>;
-    D yd[kN], pd[1], fd[kN];
-    for (int i = 0; i < kN; ++i) yd[i] = D::Variable(y[i], i);
-    pd[0] = np > 0 ? D::Variable(p[0], kN) : D(T(0));
-    (*model)(t, yd, pd, fd);
-    const int cols = kN + np;
-    const T* s = y + kN;
-    T* ds = f + kN;
-    for (int i = 0; i < kN; ++i) {
-      f[i] = fd[i].v;
-      for (int c = 0; c < cols; ++c) {
-        T acc = c == kN ? fd[i].d[kN] : T(0);  // df/dp: only parameter 0 enters the models
-        for (int k = 0; k < kN; ++k) acc += fd[i].d[k] * s[k * cols + c];
-        ds[i * cols + c] = acc;
-      }
-    }
+    T dfdy[kN * kN], dfdp[kN * kMaxParams];
+    model->Jacobian(t, y, p, np, f, dfdy, dfdp);
+    dop853::Sensitivities<T>(kN, np, dfdy, dfdp, y + kN, f + kN);
     return true;
   }
 };
@@ -252,35 +239,7 @@ ffi::Error Dop853Impl(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer par
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextDop853Cuda, Dop853Impl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("rhs_id")
-                                  .Attr<std::string_view>("name")
-                                  .Attr<ffi::Span<const double>>("model")
-                                  .Attr<ffi::Span<const double>>("rtol")
-                                  .Attr<ffi::Span<const double>>("atol")
-                                  .Attr<double>("first_step")
-                                  .Attr<double>("max_step")
-                                  .Attr<int64_t>("max_steps")
-                                  .Attr<int64_t>("n_events")
-                                  .Attr<ffi::Span<const int64_t>>("event_kinds")
-                                  .Attr<ffi::Span<const int64_t>>("event_ids")
-                                  .Attr<ffi::Span<const double>>("event_consts")
-                                  .Attr<ffi::Span<const int64_t>>("event_directions")
-                                  .Attr<ffi::Span<const int64_t>>("event_terminal")
-                                  .Attr<int64_t>("jac_id")
-                                  .Attr<int64_t>("sensitivities"),
+                              JAXEXT_DOP853_BINDING(ffi::PlatformStream<cudaStream_t>),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace cuda

@@ -180,6 +180,22 @@ JAXEXT_HD bool Finite(T x) { return x - x == T(0); }  // false for NaN and +-inf
 JAXEXT_HD float NextAfter(float x, float y) { return nextafterf(x, y); }
 JAXEXT_HD double NextAfter(double x, double y) { return nextafter(x, y); }
 
+// The variational equations' right-hand side: ds = df/dy s + [0 | df/dp], for the sensitivities
+// s = d y / d (y0, p) stored n x (n + np) row-major after the state (so that integrating
+// (y, s) from (y0, [I | 0]) gives them), df/dy (n x n) and df/dp (n x np) row-major.
+template <typename T>
+JAXEXT_HD_FUNC void Sensitivities(int64_t n, int64_t np, const T* dfdy, const T* dfdp,
+                                  const T* s, T* ds) {
+  const int64_t cols = n + np;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < cols; ++c) {
+      T acc = c >= n ? dfdp[i * np + (c - n)] : T(0);
+      for (int64_t k = 0; k < n; ++k) acc += dfdy[i * n + k] * s[k * cols + c];
+      ds[i * cols + c] = acc;
+    }
+  }
+}
+
 // Integrates one trajectory. Rhs: `bool rhs(T t, const T* y, T* dydt)` (false: it failed).
 // Events: `int size()`, `int direction(int e)` (-1, 0, 1), `int64_t max_count(int e)` (terminal
 // after that many occurrences; 0: never), `bool value(int e, T t, const T* y, T* g)`.

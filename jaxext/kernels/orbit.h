@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "jaxext/kernels/dual.h"
 #include "jaxext/kernels/platform.h"
 
 namespace jaxext {
@@ -123,6 +124,22 @@ struct Model {
     dydt[3] = ax;
     dydt[4] = ay;
     dydt[5] = az;
+  }
+
+  // f, df/dy (6 x 6) and df/dp (6 x np) at (t, y; p), row-major, exact: the model evaluated on
+  // dual numbers (its values round as in plain T). Only parameter 0 (B) enters the models.
+  JAXEXT_HD_FUNC void Jacobian(T t, const T* y, const T* p, int64_t np, T* f, T* dfdy,
+                               T* dfdp) const {
+    using D = Dual<T, kStateSize + 1>;
+    D yd[kStateSize], pd[1], fd[kStateSize];
+    for (int i = 0; i < kStateSize; ++i) yd[i] = D::Variable(y[i], i);
+    pd[0] = np > 0 ? D::Variable(p[0], kStateSize) : D(T(0));
+    (*this)(t, yd, pd, fd);
+    for (int i = 0; i < kStateSize; ++i) {
+      f[i] = fd[i].v;
+      for (int k = 0; k < kStateSize; ++k) dfdy[i * kStateSize + k] = fd[i].d[k];
+      for (int64_t c = 0; c < np; ++c) dfdp[i * np + c] = c == 0 ? fd[i].d[kStateSize] : T(0);
+    }
   }
 };
 

@@ -27,7 +27,7 @@ _NB = {"float32": nbtypes.float32, "float64": nbtypes.float64}
 
 def _register(entry) -> int:
   from jaxext.cpu import _cpu_ops
-  _cpu_ops.register_ode_function(entry.kernel_id, entry.address)
+  _cpu_ops.register_native_function(entry.kernel_id, entry.address)
   return entry.kernel_id
 
 
