@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
 
+from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
@@ -77,7 +78,7 @@ def _abstract_eval(m, e):
 
 
 kepler_p.def_abstract_eval(_abstract_eval)
-kepler_p.def_impl(lambda m, e: jax.jit(kepler_p.bind)(m, e))  # eager calls compile once per shape
+_eager.def_jit_impl(kepler_p)
 
 
 def _target_name(dtype) -> str:

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
 
+from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
@@ -131,8 +132,7 @@ def _abstract_eval(b, r, u, *, grad):
 
 
 limbdark_p.def_abstract_eval(_abstract_eval)
-limbdark_p.def_impl(lambda b, r, u, *, grad: jax.jit(
-    functools.partial(limbdark_p.bind, grad=grad))(b, r, u))
+_eager.def_jit_impl(limbdark_p)
 
 
 def _target_name(dtype, grad: bool) -> str:

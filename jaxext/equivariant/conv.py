@@ -15,14 +15,15 @@ import operator
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.extend.core import Primitive
 
+from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext._validation import float_operand
 from jaxext.equivariant import _irreps
-from jaxext.equivariant.tensor_product import OUT, W, X, Y, _spec, check_reachable, ffi_attrs
+from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_reachable,
+                                               ffi_attrs, register_trilinear_rules)
 
 __all__ = ["conv", "conv_p"]
 
@@ -91,10 +92,6 @@ def _graph(snd, rcv, num_senders, num_nodes):
   return (snd, rcv) + order(rcv, num_nodes) + order(snd, num_senders)
 
 
-def _inputs(mode):
-  return [s for s in range(4) if s != mode]
-
-
 def _rows(mode, graph_avals, slot):
   e = graph_avals[0].shape[0]
   return {X: graph_avals[5].shape[0] - 1, Y: e, W: e, OUT: graph_avals[3].shape[0] - 1}[slot]
@@ -111,12 +108,7 @@ def _abstract_eval(a, b, c, *graph, mode, key):
 conv_p.def_abstract_eval(_abstract_eval)
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled(mode, key):
-  return jax.jit(functools.partial(conv_p.bind, mode=mode, key=key))
-
-
-conv_p.def_impl(lambda *args, mode, key: _compiled(mode, key)(*args))
+_eager.def_jit_impl(conv_p)
 
 
 def _lowering(ctx, *args, mode, key, platform):
@@ -134,39 +126,7 @@ compat.register_lowering(conv_p, functools.partial(_lowering, platform="cpu"), "
 compat.register_lowering(conv_p, functools.partial(_lowering, platform="CUDA"), "cuda")
 
 
-def _jvp(primals, tangents, *, mode, key):
-  data, graph = primals[:3], primals[3:]
-  out = conv_p.bind(*primals, mode=mode, key=key)
-  total = None
-  for q, t in enumerate(tangents[:3]):
-    if compat.is_zero_tangent(t):
-      continue
-    args = list(data)
-    args[q] = t
-    term = conv_p.bind(*args, *graph, mode=mode, key=key)
-    total = term if total is None else total + term
-  if total is None:
-    total = jnp.zeros_like(out)
-  return out, total
-
-
-def _transpose(ct, *args, mode, key):
-  data, graph = args[:3], args[3:]
-  undefined = [q for q, v in enumerate(data) if compat.is_undefined_primal(v)]
-  if len(undefined) != 1 or any(compat.is_undefined_primal(g) for g in graph):
-    raise NotImplementedError("conv_p is linear in each feature operand separately")
-  (q,) = undefined
-  slot_q = _inputs(mode)[q]
-  values = {s: v for s, v in zip(_inputs(mode), data)}
-  values[mode] = compat.instantiate_zeros(ct)
-  result = conv_p.bind(*(values[s] for s in _inputs(slot_q)), *graph, mode=slot_q, key=key)
-  cts = [None] * len(args)
-  cts[q] = result
-  return cts
-
-
-compat.register_jvp(conv_p, _jvp)
-compat.register_transpose(conv_p, _transpose)
+register_trilinear_rules(conv_p)
 
 
 def _batch(args, dims, *, mode, key):

@@ -12,9 +12,9 @@ import operator
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.extend.core import Primitive
 
+from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext._validation import float_operand
@@ -67,12 +67,7 @@ def _abstract_eval(data, ids, *, num_segments):
 segment_sum_p.def_abstract_eval(_abstract_eval)
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled(num_segments):
-  return jax.jit(functools.partial(segment_sum_p.bind, num_segments=num_segments))
-
-
-segment_sum_p.def_impl(lambda data, ids, *, num_segments: _compiled(num_segments)(data, ids))
+_eager.def_jit_impl(segment_sum_p)
 
 
 def _lowering(ctx, data, ids, *, num_segments, platform):

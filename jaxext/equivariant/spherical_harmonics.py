@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
 
+from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
@@ -104,12 +105,7 @@ def _abstract_eval(x, *, lmax):
 sph_p.def_abstract_eval(_abstract_eval)
 
 
-@functools.lru_cache(maxsize=64)
-def _compiled(lmax):
-  return jax.jit(functools.partial(sph_p.bind, lmax=lmax))
-
-
-sph_p.def_impl(lambda x, *, lmax: _compiled(lmax)(x))
+_eager.def_jit_impl(sph_p)
 
 
 def _lowering(ctx, x, *, lmax, platform):

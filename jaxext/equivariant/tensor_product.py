@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
 
+from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
@@ -191,12 +192,7 @@ def _abstract_eval(a, b, c, *, mode, key):
 tp_p.def_abstract_eval(_abstract_eval)
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled(mode, key):
-  return jax.jit(functools.partial(tp_p.bind, mode=mode, key=key))
-
-
-tp_p.def_impl(lambda a, b, c, *, mode, key: _compiled(mode, key)(a, b, c))
+_eager.def_jit_impl(tp_p)
 
 
 def _lowering(ctx, a, b, c, *, mode, key, platform):
@@ -221,40 +217,46 @@ compat.register_lowering(tp_p, functools.partial(_lowering, platform="CUDA"), "c
                          partitioned=True)
 
 
-def _jvp(primals, tangents, *, mode, key):
-  out = tp_p.bind(*primals, mode=mode, key=key)
-  total = None
-  for q, t in enumerate(tangents):
-    if compat.is_zero_tangent(t):
-      continue
-    args = list(primals)
-    args[q] = t
-    term = tp_p.bind(*args, mode=mode, key=key)
-    total = term if total is None else total + term
-  if total is None:
-    total = jnp.zeros_like(out)
-  return out, total
+def register_trilinear_rules(prim) -> None:
+  """JVP and transpose of a four-mode primitive (tp_p, conv_p): trilinear in its first three
+  operands (the slots other than `mode`, in slot order); any further operands (conv's graph) are
+  constants. The JVP is the same mode on each tangent in turn; the transpose with respect to one
+  operand is the mode of that operand's slot, the cotangent standing in the result's slot."""
+
+  def jvp(primals, tangents, *, mode, key):
+    data, rest = primals[:3], primals[3:]
+    out = prim.bind(*primals, mode=mode, key=key)
+    total = None
+    for q, t in enumerate(tangents[:3]):
+      if compat.is_zero_tangent(t):
+        continue
+      args = list(data)
+      args[q] = t
+      term = prim.bind(*args, *rest, mode=mode, key=key)
+      total = term if total is None else total + term
+    if total is None:
+      total = jnp.zeros_like(out)
+    return out, total
+
+  def transpose(ct, *args, mode, key):
+    data, rest = args[:3], args[3:]
+    undefined = [q for q, v in enumerate(data) if compat.is_undefined_primal(v)]
+    if len(undefined) != 1 or any(compat.is_undefined_primal(v) for v in rest):
+      raise NotImplementedError(f"{prim.name} is linear in each of its feature operands "
+                                "separately, not jointly")
+    (q,) = undefined
+    slot_q = _inputs(mode)[q]
+    values = {s: v for s, v in zip(_inputs(mode), data)}
+    values[mode] = compat.instantiate_zeros(ct)
+    cts = [None] * len(args)
+    cts[q] = prim.bind(*(values[s] for s in _inputs(slot_q)), *rest, mode=slot_q, key=key)
+    return cts
+
+  compat.register_jvp(prim, jvp)
+  compat.register_transpose(prim, transpose)
 
 
-def _transpose(ct, a, b, c, *, mode, key):
-  operands = (a, b, c)
-  undefined = [q for q, v in enumerate(operands) if compat.is_undefined_primal(v)]
-  if len(undefined) != 1:
-    raise NotImplementedError("tp_p is linear in each operand separately, not jointly")
-  (q,) = undefined
-  slot_q = _inputs(mode)[q]
-  ct = compat.instantiate_zeros(ct)
-  values = {s: v for s, v in zip(_inputs(mode), operands)}
-  values[mode] = ct
-  args = [values[s] for s in _inputs(slot_q)]
-  result = tp_p.bind(*args, mode=slot_q, key=key)
-  cts = [None, None, None]
-  cts[q] = result
-  return cts
-
-
-compat.register_jvp(tp_p, _jvp)
-compat.register_transpose(tp_p, _transpose)
+register_trilinear_rules(tp_p)
 
 
 def _batch(args, dims, *, mode, key):

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
 
+from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
@@ -416,13 +417,7 @@ def _abstract_eval(*avals, kernel, items, outs, nbatch, bmasks):
 numba_call_p.def_abstract_eval(_abstract_eval)
 
 
-@functools.lru_cache(maxsize=None)
-def _jitted_impl(kernel, items, outs, nbatch, bmasks):
-  return jax.jit(functools.partial(numba_call_p.bind, kernel=kernel, items=items, outs=outs,
-                                   nbatch=nbatch, bmasks=bmasks))
-
-
-numba_call_p.def_impl(lambda *args, **p: _jitted_impl(**p)(*args))
+_eager.def_jit_impl(numba_call_p)
 
 
 def _wrong_platform(kernel, platform):

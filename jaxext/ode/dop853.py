@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
 
+from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
@@ -329,13 +330,7 @@ def _abstract_eval(y0, params, t_span, t_eval, *, events, event_slots, sensitivi
 
 
 dop853_p.def_abstract_eval(_abstract_eval)
-@functools.lru_cache(maxsize=256)
-def _compiled_bind(items):
-  return jax.jit(functools.partial(dop853_p.bind, **dict(items)))
-
-
-# Eager calls: one jitted bind per distinct set of parameters (compiled once per shape).
-dop853_p.def_impl(lambda *args, **params: _compiled_bind(tuple(sorted(params.items())))(*args))
+_eager.def_jit_impl(dop853_p)
 
 
 def _lowering(ctx, y0, params, t_span, t_eval, *, platform, rhs_id, name, model, rtol, atol,
