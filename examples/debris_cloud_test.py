@@ -2,8 +2,6 @@
 the 100 km sphere, survivors are checked against scipy's DOP853 with an independent NumPy model,
 and the PNG decodes."""
 
-import struct
-import zlib
 
 import jax
 import numpy as np
@@ -11,23 +9,8 @@ import scipy.integrate
 
 jax.config.update("jax_enable_x64", True)
 
-from examples import debris_cloud  # noqa: E402
+from examples import figure, debris_cloud  # noqa: E402
 from jaxext import ode  # noqa: E402
-
-
-def _read_png(path):
-  data = open(path, "rb").read()
-  assert data[:8] == b"\x89PNG\r\n\x1a\n"
-  pos, chunks = 8, {}
-  while pos < len(data):
-    (n,) = struct.unpack(">I", data[pos:pos + 4])
-    kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
-    chunks[kind] = chunks.get(kind, b"") + body
-    pos += 12 + n
-  w, h = struct.unpack(">II", chunks[b"IHDR"][:8])
-  raw = zlib.decompress(chunks[b"IDAT"])
-  return np.frombuffer(b"".join(raw[r * (3 * w + 1) + 1:(r + 1) * (3 * w + 1)]
-                                for r in range(h)), np.uint8).reshape(h, w, 3)
 
 
 def _numpy_model(b):
@@ -78,7 +61,7 @@ def test_cloud_decays_by_drag_and_matches_scipy():
 def test_main_writes_png(tmp_path):
   out = tmp_path / "cloud.png"
   assert debris_cloud.main(["--fragments", "300", "--hours", "6", "--out", str(out)]) == 0
-  img = _read_png(out)
+  img = figure.read_png(out)
   assert img.shape == (400, 720, 3)
   colors = {tuple(c) for c in img.reshape(-1, 3)}
   assert len(colors) > 5  # bars of both series, text, axes

@@ -39,6 +39,29 @@ def write_png(path: str, rgb: np.ndarray) -> None:
     f.write(png)
 
 
+def read_png(path: str) -> np.ndarray:
+  """The (h, w, 3) uint8 pixels of a PNG written by write_png; ValueError if it is not one (bad
+  signature or chunk CRC, not 8-bit truecolour, a row filter other than 0)."""
+  data = open(path, "rb").read()
+  if data[:8] != b"\x89PNG\r\n\x1a\n":
+    raise ValueError(f"{path}: not a PNG")
+  pos, chunks = 8, {}
+  while pos < len(data):
+    (n,) = struct.unpack(">I", data[pos:pos + 4])
+    kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+    (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+    if zlib.crc32(kind + body) & 0xFFFFFFFF != crc:
+      raise ValueError(f"{path}: bad CRC in chunk {kind!r}")
+    chunks[kind] = chunks.get(kind, b"") + body
+    pos += 12 + n
+  w, h, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+  raw = zlib.decompress(chunks[b"IDAT"])
+  rows = [raw[r * (3 * w + 1):(r + 1) * (3 * w + 1)] for r in range(h)]
+  if depth != 8 or color != 2 or any(r[0] != 0 for r in rows):
+    raise ValueError(f"{path}: not an unfiltered 8-bit truecolour PNG")
+  return np.frombuffer(b"".join(r[1:] for r in rows), np.uint8).reshape(h, w, 3)
+
+
 def text(img: np.ndarray, x: int, y: int, s: str, color=(0, 0, 0), scale: int = 2,
          anchor: str = "left") -> None:
   """Draws `s` (digits, capitals, a few signs) with its top edge at row y."""

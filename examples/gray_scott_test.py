@@ -1,8 +1,6 @@
 """The Gray-Scott example: its Numba stencil kernel against the jnp step (one step on random
 fields, and a whole vmapped run of every regime), and the PNG it writes (decoded back)."""
 
-import struct
-import zlib
 
 import jax
 import numpy as np
@@ -10,7 +8,7 @@ import pytest
 
 jax.config.update("jax_enable_x64", True)
 
-from examples import gray_scott  # noqa: E402
+from examples import figure, gray_scott  # noqa: E402
 
 
 def test_one_step_matches_jnp():
@@ -32,28 +30,10 @@ def test_vmapped_run_matches_jnp_and_makes_patterns():
   assert not np.allclose(ours[0], ours[1])  # regimes differ
 
 
-def _read_png(path):
-  data = open(path, "rb").read()
-  assert data[:8] == b"\x89PNG\r\n\x1a\n"
-  pos, chunks = 8, {}
-  while pos < len(data):
-    (n,) = struct.unpack(">I", data[pos:pos + 4])
-    kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
-    (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
-    assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc
-    chunks[kind] = chunks.get(kind, b"") + body
-    pos += 12 + n
-  w, h, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-  raw = zlib.decompress(chunks[b"IDAT"])
-  rows = [raw[r * (3 * w + 1):(r + 1) * (3 * w + 1)] for r in range(h)]
-  assert all(r[0] == 0 for r in rows) and depth == 8 and color == 2
-  return np.frombuffer(b"".join(r[1:] for r in rows), np.uint8).reshape(h, w, 3)
-
-
 def test_main_writes_png(tmp_path):
   out = tmp_path / "gs.png"
   assert gray_scott.main(["--size", "40", "--steps", "200", "--out", str(out)]) == 0
-  img = _read_png(out)
+  img = figure.read_png(out)
   n = len(gray_scott.REGIMES)
   assert img.shape == (40, 40 * n + 4 * (n - 1), 3)
   assert np.all(img[:, 40:44] == 255)  # the gap between the first two panels

@@ -1,7 +1,7 @@
 """Build macros of jaxext, in the manner of jaxlib's jax.bzl: every macro the BUILD files use."""
 
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
-load("@rules_python//python:defs.bzl", "py_library", "py_test")
+load("@rules_python//python:defs.bzl", "py_binary", "py_library", "py_test")
 load("//third_party:pins.bzl", _CUDA_CAPABILITIES = "CUDA_CAPABILITIES")
 
 # Compiler options for kernel code: IEEE arithmetic is kept (NaN handling depends on it), but errno
@@ -98,6 +98,28 @@ def jaxext_py_test(name, srcs, deps = [], args = [], data = [], env = {}, **kwar
         env = env,
         python_version = "PY3",
         **kwargs
+    )
+
+def jaxext_example(name, deps = ["//jaxext"], test_size = "medium"):
+    """An example `<name>.py` kept working by `<name>_test.py`: the library `<name>_lib` (which the
+    test imports), the binary `<name>` (`bazel run //examples:<name>`) and the test `<name>_test`.
+    """
+    py_library(
+        name = name + "_lib",
+        srcs = [name + ".py"],
+        deps = deps,
+    )
+    py_binary(
+        name = name,
+        srcs = [name + ".py"],
+        main = name + ".py",
+        deps = [":" + name + "_lib"],
+    )
+    jaxext_py_test(
+        name = name + "_test",
+        size = test_size,
+        srcs = [name + "_test.py"],
+        deps = [":" + name + "_lib"],
     )
 
 def _jaxext_wheel_impl(ctx):
