@@ -1,4 +1,4 @@
-"""Transit light curves: a Keplerian orbit (`jaxext.kepler`) and the occultation op (`jaxext.limbdark`).
+"""Transit light curves: one fused kernel from times to flux (orbit, Kepler, occultation).
 
     flux = jaxext.transit_light_curve(t, period=3.0, t0=0.0, a=10.0, impact=0.3, r=0.1,
                                       u=(0.4, 0.25), ecc=0.1, omega=0.5, texp=0.02)
@@ -10,18 +10,52 @@ impact parameter is the sky-projected distance at that moment,
 in units of the stellar radius, as is the semi-major axis a. The planet is dark: only transits
 (planet in front, z > 0) dim the star; secondary eclipses are not modelled.
 
-Every argument may be a JAX value: the model is differentiable in all of them (jit, grad, vmap).
+Every argument may be a JAX value: the model is differentiable in all of them (jit, grad, vmap,
+hessian). Parameters broadcast against `t` (a period of shape (W, 1) with t of shape (T,) gives W
+light curves of T points in one kernel call).
+
+The primitive `transit_p` is defined as jaxlib defines its primitives:
+
+* operands t[S], q[L + (10,)] and u[L + (n,)] with L a leading prefix of S: one row of kernel
+  parameters q = (n, t0, m_tr, a, cos_i, ecc, sin_w, cos_w, r, texp) (jaxext/kernels/transit.h;
+  `_kernel_params` maps the public parameters onto them) and of limb-darkening coefficients per
+  light curve; parameter `oversample` (sub-exposures per point);
+* parameter `grad`: False -> (flux[S],); True -> (flux, dflux/dq[S + (10,)], dflux/du[S + (n,)]),
+  exact derivatives computed by the same kernel pass;
+* abstract evaluation, one lowering per platform (`jaxext_transit[_grad]_<f32|f64>`), sharded
+  along the points;
+* a JVP that calls the `grad=True` form (first derivatives from the kernel; reverse mode by
+  transposition); the JVP of the `grad=True` form (second derivatives: `jax.hessian`) differentiates
+  the same model written with `jaxext.kepler` and `jaxext.limb_dark_flux` (`_unfused_flux`), whose
+  own derivatives are kernels too;
+* a batching rule (batch axes moved to the front; parameters broadcast where needed).
 """
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import functools
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+
+from jaxext import _eager
+from jaxext import _ffi
+from jaxext import _jax_compat as compat
+from jaxext import _sharding
 from jaxext._validation import float_operand
 from jaxext.kepler import kepler
-from jaxext.limbdark import limb_dark_flux
+from jaxext.limbdark import MAX_ORDER, limb_dark_flux
 
-__all__ = ["sky_separation", "transit_light_curve"]
+__all__ = ["sky_separation", "transit_light_curve", "transit_p"]
+
+# Columns of the kernel parameters q (jaxext::transit::Param).
+N, T0, MTR, A, COS_I, ECC, SIN_W, COS_W, R, TEXP = range(10)
+NUM_PARAMS = 10
+
+transit_p = Primitive("jaxext_transit")
+transit_p.multiple_results = True
 
 
 def _safe_sqrt(x):
@@ -71,6 +105,29 @@ def sky_separation(t, *, period, t0, a, impact=None, inclination=None, ecc=0.0, 
   return _safe_sqrt(x * x + y * y), z > 0
 
 
+def _cos_inclination(a, ecc, sin_w, impact, inclination):
+  if inclination is not None:
+    return jnp.cos(inclination)
+  return impact * (1 + ecc * sin_w) / (a * (1 - ecc**2))
+
+
+def _transit_mean_anomaly(ecc, omega):
+  """Mean anomaly at mid-transit, where the true anomaly is pi/2 - omega."""
+  f_tr = 0.5 * jnp.pi - omega
+  e_tr = 2 * jnp.arctan2(jnp.sqrt(1 - ecc) * jnp.sin(0.5 * f_tr),
+                         jnp.sqrt(1 + ecc) * jnp.cos(0.5 * f_tr))
+  return e_tr - ecc * jnp.sin(e_tr)
+
+
+def _kernel_params(*, period, t0, a, r, impact, inclination, ecc, omega, texp):
+  """The kernel parameters q (last axis) from the public ones (broadcast together)."""
+  sin_w, cos_w = jnp.sin(omega), jnp.cos(omega)
+  cols = [2 * jnp.pi / period, t0, _transit_mean_anomaly(ecc, omega), a,
+          _cos_inclination(a, ecc, sin_w, impact, inclination), ecc, sin_w, cos_w, r, texp]
+  shape = jnp.broadcast_shapes(*(jnp.shape(c) for c in cols))
+  return jnp.stack([jnp.broadcast_to(c, shape) for c in cols], axis=-1)
+
+
 def transit_light_curve(t, *, period, t0, a, r, u, impact=None, inclination=None, ecc=0.0,
                         omega=0.0, texp=None, oversample=7):
   """Relative flux of a star with polynomial limb darkening transited by a dark planet.
@@ -80,28 +137,209 @@ def transit_light_curve(t, *, period, t0, a, r, u, impact=None, inclination=None
     period, t0: orbital period and time of mid-transit (same unit as t).
     a: semi-major axis in stellar radii.
     r: planet radius in stellar radii.
-    u: limb-darkening coefficients (u_1..u_n), e.g. (u1, u2) for the quadratic law.
+    u: limb-darkening coefficients (u_1..u_n) along the last axis, n <= 16, e.g. (u1, u2) for the
+      quadratic law; leading axes broadcast like the other parameters (one law per light curve).
     impact / inclination: exactly one of them (inclination in radians).
     ecc, omega: eccentricity (0 <= ecc < 1) and argument of periastron (radians).
     texp: exposure time; if given, each flux is the mean over the exposure, computed with
       `oversample` (odd) evenly spaced sub-exposure midpoints.
 
+  Every parameter may be an array broadcasting against t (and u[..., 0]): the result has the
+  broadcast shape. One fused kernel computes the flux (and, under differentiation, its exact
+  derivatives); parameters that vary along leading axes only (one value per light curve, e.g.
+  period of shape (W, 1) and t of shape (T,)) are computed once per light curve.
+
   Returns:
-    The flux at each time, of t's shape (1 out of transit).
+    The flux at each time (1 out of transit). NaN for every time of a light curve whose parameters
+    are out of the domain (ecc outside [0, 1), a, period or r not positive, non-finite values) and
+    at non-finite times.
+
+  Raises:
+    ValueError: neither or both of impact and inclination, a bad `oversample`, u with no axis or
+      more than 16 coefficients, shapes that do not broadcast.
+    TypeError: an argument is not a real number array (the message names it).
   """
-  t = float_operand(t, "t")
-  u = float_operand(u, "u")
-  if u.ndim != 1:
-    raise ValueError(f"u must be a vector of coefficients (u_1..u_n); got shape {u.shape}")
-  orbit = dict(period=period, t0=t0, a=a, impact=impact, inclination=inclination, ecc=ecc,
-               omega=omega)
+  if (impact is None) == (inclination is None):
+    raise ValueError("give exactly one of impact and inclination")
   if texp is None:
-    sep, front = sky_separation(t, **orbit)
-    return jnp.where(front, limb_dark_flux(sep, r, u), 1)
-  if not isinstance(oversample, int) or oversample < 1 or oversample % 2 == 0:
-    raise ValueError(f"oversample must be a positive odd integer; got {oversample!r}")
-  texp = float_operand(texp, "texp")
+    oversample = 1
+  elif isinstance(oversample, bool) or not isinstance(oversample, (int, np.integer)) or \
+      oversample < 1 or oversample % 2 == 0 or oversample > 2**20:
+    raise ValueError(f"oversample must be a positive odd integer (at most 2**20); got "
+                     f"{oversample!r}")
+  t = float_operand(t, "t")
+  named = dict(period=period, t0=t0, a=a, r=r, ecc=ecc, omega=omega,
+               texp=0.0 if texp is None else texp)
+  if impact is not None:
+    named["impact"] = impact
+  else:
+    named["inclination"] = inclination
+  params = {k: float_operand(v, k) for k, v in named.items()}
+  u = float_operand(u, "u")
+  if u.ndim < 1:
+    raise ValueError("u must have at least one axis (the coefficients u_1..u_n); got a scalar")
+  if u.shape[-1] > MAX_ORDER:
+    raise ValueError(f"u has {u.shape[-1]} coefficients; at most {MAX_ORDER} are supported")
+  dtype = jnp.result_type(t, u, *params.values())
+  try:
+    shape = jnp.broadcast_shapes(t.shape, u.shape[:-1], *(v.shape for v in params.values()))
+  except ValueError as err:
+    shapes = ", ".join(f"{k} {v.shape}" for k, v in dict(t=t, **params).items())
+    raise ValueError(f"shapes do not broadcast: {shapes}, u {u.shape} (leading axes)") from err
+  params = {k: v.astype(dtype) for k, v in params.items()}
+  q = _kernel_params(impact=params.pop("impact", None),
+                     inclination=params.pop("inclination", None), **params)
+  # The parameters' axes, right-aligned against `shape`: keep the leading axes up to the last one
+  # along which q or u varies (one row per light curve), broadcast those.
+  def lead(x):
+    return (1,) * (len(shape) - (x.ndim - 1)) + x.shape[:-1]
+  k = max((i + 1 for x in (q, u) for i, d in enumerate(lead(x)) if d != 1), default=0)
+  rows = shape[:k]
+  q = jnp.broadcast_to(q.reshape(lead(q)[:k] + (NUM_PARAMS,)), rows + (NUM_PARAMS,))
+  u = u.astype(dtype)
+  u = jnp.broadcast_to(u.reshape(lead(u)[:k] + (u.shape[-1],)), rows + (u.shape[-1],))
+  t = jnp.broadcast_to(t.astype(dtype), shape)
+  (flux,) = transit_p.bind(t, q, u, grad=False, oversample=int(oversample))
+  return flux
+
+
+# ---------------------------------------------------------------------------------------------
+# The primitive.
+
+
+def _abstract_eval(t, q, u, *, grad, oversample):
+  if np.dtype(t.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+    raise TypeError(f"transit_p supports float32 and float64; got {t.dtype}")
+  if q.dtype != t.dtype or u.dtype != t.dtype:
+    raise TypeError(f"transit_p expects t, q, u of one dtype; got {t.dtype}, {q.dtype}, {u.dtype}")
+  if q.ndim < 1 or q.shape[-1] != NUM_PARAMS or u.ndim != q.ndim or u.shape[:-1] != q.shape[:-1]:
+    raise TypeError(f"transit_p expects q[L..., {NUM_PARAMS}] and u[L..., n]; got "
+                    f"{list(q.shape)} and {list(u.shape)}")
+  if u.shape[-1] > MAX_ORDER:
+    raise TypeError(f"transit_p: at most {MAX_ORDER} limb-darkening coefficients")
+  rows = q.shape[:-1]
+  if tuple(t.shape[:len(rows)]) != tuple(rows):
+    raise TypeError(f"transit_p: the parameters' leading axes {list(rows)} must be a prefix of "
+                    f"t's shape {list(t.shape)}")
+  if not isinstance(oversample, int) or oversample < 1:
+    raise TypeError(f"transit_p: oversample must be a positive int; got {oversample!r}")
+  out = jax.core.ShapedArray(t.shape, t.dtype)
+  if not grad:
+    return (out,)
+  return (out, jax.core.ShapedArray(t.shape + (NUM_PARAMS,), t.dtype),
+          jax.core.ShapedArray(t.shape + (u.shape[-1],), t.dtype))
+
+
+transit_p.def_abstract_eval(_abstract_eval)
+_eager.def_jit_impl(transit_p)
+
+
+def _target_name(dtype, grad: bool) -> str:
+  suffix = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}[np.dtype(dtype)]
+  return ("jaxext_transit_grad_" if grad else "jaxext_transit_") + suffix
+
+
+def _lowering(ctx, t, q, u, *, grad, oversample, platform):
+  if platform not in _ffi.register_all():
+    raise NotImplementedError(
+        f"jaxext.transit_light_curve has no {platform} kernel in this build of jaxext "
+        f"(available: {', '.join(_ffi.register_all())})")
+  aval_t, aval_q, _ = ctx.avals_in
+  pts = _sharding.elementwise(aval_t.ndim)
+  rows = pts[:aval_q.ndim - 1]
+
+  def like(t, q, u):
+    out = jax.ShapeDtypeStruct(t.shape, t.dtype)
+    if not grad:
+      return (out,)
+    return (out, jax.ShapeDtypeStruct(t.shape + (NUM_PARAMS,), t.dtype),
+            jax.ShapeDtypeStruct(t.shape + (u.shape[-1],), t.dtype))
+
+  operands = [pts, rows + ("_q",), rows + ("_coef",)]
+  results = [pts] if not grad else [pts, pts + ("_q",), pts + ("_coef",)]
+  return _sharding.lower(
+      ctx, (t, q, u),
+      _sharding.ffi_per_shard(_target_name(aval_t.dtype, grad), like,
+                              oversample=np.int64(oversample)),
+      operands, results)
+
+
+compat.register_lowering(transit_p, functools.partial(_lowering, platform="cpu"), "cpu",
+                         partitioned=True)
+compat.register_lowering(transit_p, functools.partial(_lowering, platform="CUDA"), "cuda",
+                         partitioned=True)
+
+
+def _per_point(x, ndim):
+  """A per-light-curve array x[L + (c,)] shaped to broadcast against per-point [S + (c,)]."""
+  return x.reshape(x.shape[:-1] + (1,) * (ndim - (x.ndim - 1)) + x.shape[-1:])
+
+
+def _unfused_flux(t, q, u, oversample):
+  """The kernel's model written with jnp, jaxext.kepler and jaxext.limb_dark_flux (differentiable
+  to the order those are); used for second derivatives."""
+  qp = _per_point(q, t.ndim)[..., None, :]  # S + (1, 10): sub-exposures on the new axis
+  col = lambda k: qp[..., k]
   offsets = (jnp.arange(oversample, dtype=t.dtype) + 0.5) / oversample - 0.5
-  ts = t[..., None] + texp * offsets
-  sep, front = sky_separation(ts, **orbit)
-  return jnp.mean(jnp.where(front, limb_dark_flux(sep, r, u), 1), axis=-1)
+  dt = t[..., None] + col(TEXP) * offsets - col(T0)
+  mean_anomaly = col(MTR) + col(N) * dt
+  e = col(ECC)
+  sin_e, cos_e = kepler(mean_anomaly, jnp.broadcast_to(e, mean_anomaly.shape))
+  x_orb = cos_e - e
+  y_orb = jnp.sqrt((1 - e) * (1 + e)) * sin_e
+  uu = col(COS_W) * x_orb - col(SIN_W) * y_orb
+  vv = col(SIN_W) * x_orb + col(COS_W) * y_orb
+  x = -col(A) * uu
+  y = -col(A) * col(COS_I) * vv
+  sep = _safe_sqrt(x * x + y * y)
+  front = (vv > 0) & (jnp.abs(col(COS_I)) < 1)
+  flux = jnp.where(front, limb_dark_flux(sep, col(R), _per_point(u, t.ndim)[..., None, :]), 1)
+  return jnp.mean(flux, axis=-1)
+
+
+def _unfused_with_derivatives(t, q, u, oversample):
+  """(flux, dflux/dq, dflux/du) of `_unfused_flux`, per point: each point depends on its own row
+  only, so a tangent of ones along column k of every row gives every point's partial in k."""
+  fn = lambda q, u: _unfused_flux(t, q, u, oversample)
+
+  def partials(tangents_q, tangents_u):
+    return jax.jvp(fn, (q, u), (tangents_q, tangents_u))[1]
+
+  eye_q = jnp.broadcast_to(jnp.eye(NUM_PARAMS, dtype=q.dtype)[:, None], (NUM_PARAMS,) + q.shape)
+  n = u.shape[-1]
+  eye_u = jnp.broadcast_to(jnp.eye(n, dtype=u.dtype)[:, None], (n,) + u.shape)
+  dq = jax.vmap(partials, in_axes=(0, None))(eye_q, jnp.zeros_like(u))
+  du = jax.vmap(partials, in_axes=(None, 0))(jnp.zeros_like(q), eye_u)
+  return fn(q, u), jnp.moveaxis(dq, 0, -1), jnp.moveaxis(du, 0, -1)
+
+
+def _jvp(primals, tangents, *, grad, oversample):
+  t, q, u = primals
+  if grad:
+    tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
+    return jax.jvp(functools.partial(_unfused_with_derivatives, oversample=oversample),
+                   primals, tangents)
+  dt, dq, du = tangents
+  flux, dflux_dq, dflux_du = transit_p.bind(t, q, u, grad=True, oversample=oversample)
+  out = jnp.zeros_like(flux)
+  if not compat.is_zero_tangent(dt):
+    out = out - dflux_dq[..., T0] * dt  # the flux depends on t - t0
+  if not compat.is_zero_tangent(dq):
+    out = out + jnp.sum(dflux_dq * _per_point(dq, t.ndim), axis=-1)
+  if not compat.is_zero_tangent(du):
+    out = out + jnp.sum(dflux_du * _per_point(du, t.ndim), axis=-1)
+  return (flux,), (out,)
+
+
+compat.register_jvp(transit_p, _jvp)
+
+
+def _batch(args, dims, *, grad, oversample):
+  size = compat.batch_size(args, dims)
+  t, q, u = (compat.batch_axis_to_front(x, d, size) if compat.is_mapped(d)
+             else jnp.broadcast_to(x, (size,) + x.shape) for x, d in zip(args, dims))
+  outs = transit_p.bind(t, q, u, grad=grad, oversample=oversample)
+  return outs, (0,) * len(outs)
+
+
+compat.register_batching(transit_p, _batch)

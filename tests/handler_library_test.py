@@ -17,7 +17,8 @@ import numpy as np
 import jaxext, jaxext._ffi as ffi
 assert ffi.register_all() == {"cpu": ("jaxext_dop853", "jaxext_kepler_f32", "jaxext_kepler_f64",
     "jaxext_limbdark_f32", "jaxext_limbdark_f64", "jaxext_limbdark_grad_f32",
-    "jaxext_limbdark_grad_f64")}, ffi.register_all()
+    "jaxext_limbdark_grad_f64", "jaxext_transit_f32", "jaxext_transit_f64",
+    "jaxext_transit_grad_f32", "jaxext_transit_grad_f64")}, ffi.register_all()
 assert "jaxext.cpu._cpu_ops" not in sys.modules
 m = np.linspace(-7, 7, 1001); e = np.linspace(0, 0.99, 1001)
 s, c = jax.jit(jaxext.kepler)(m, e)
@@ -25,8 +26,13 @@ g = jax.grad(lambda a: jaxext.kepler(a, 0.3)[0])(1.0)
 b = np.linspace(0, 1.2, 1001)
 f = jaxext.limb_dark_flux(b, 0.1, np.array([0.4, 0.26]))
 fb = jax.grad(lambda x: jaxext.limb_dark_flux(x, 0.1, np.array([0.4, 0.26])).sum())(b)
+LC = dict(period=3.0, t0=0.0, a=10.0, impact=0.3, r=0.1, u=np.array([0.4, 0.26]), ecc=0.2)
+tt = np.linspace(-0.2, 0.2, 1001)
+lc = jaxext.transit_light_curve(tt, **LC)
+lcg = jax.grad(lambda a: jaxext.transit_light_curve(tt, **dict(LC, a=a)).sum())(10.0)
 np.save(sys.argv[1], np.stack([np.asarray(s), np.asarray(c), np.full(1001, float(g)),
-                               np.asarray(f), np.asarray(fb)]))
+                               np.asarray(f), np.asarray(fb), np.asarray(lc),
+                               np.full(1001, float(lcg))]))
 sol = jaxext.ode.dop853(jaxext.ode.models.earth(j2=True), ORBITS, (0.0, 3600.0))
 np.save(sys.argv[2], np.asarray(sol.y_final))
 """
@@ -55,6 +61,11 @@ def test_handler_library_matches_extension(tmp_path):
   np.testing.assert_array_equal(got[3], np.asarray(jaxext.limb_dark_flux(b, 0.1, u)))
   np.testing.assert_array_equal(
       got[4], np.asarray(jax.grad(lambda x: jaxext.limb_dark_flux(x, 0.1, u).sum())(b)))
+  lc = dict(period=3.0, t0=0.0, a=10.0, impact=0.3, r=0.1, u=u, ecc=0.2)
+  tt = np.linspace(-0.2, 0.2, 1001)
+  np.testing.assert_array_equal(got[5], np.asarray(jaxext.transit_light_curve(tt, **lc)))
+  assert got[6][0] == float(
+      jax.grad(lambda a: jaxext.transit_light_curve(tt, **dict(lc, a=a)).sum())(10.0))
   sol = jaxext.ode.dop853(jaxext.ode.models.earth(j2=True), eval(ORBITS), (0.0, 3600.0))
   np.testing.assert_array_equal(np.load(out_ode), np.asarray(sol.y_final))
 

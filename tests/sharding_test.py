@@ -137,6 +137,32 @@ def test_transit_light_curve_splits_times(mesh1):
   assert f.sharding.is_equivalent_to(sh, 1)
 
 
+def test_transit_light_curves_split_along_curves_and_times(mesh2):
+  """Four light curves (per-curve period, radius and law) of 2048 times on a 2 x 2 mesh, and the
+  gradient of each curve's chi-square with respect to its own parameters: no collectives."""
+  t = np.linspace(-0.3, 0.3, 2048)
+  periods = np.array([[2.5], [3.0], [3.5], [4.0]])
+  radii = np.array([[0.05], [0.1], [0.15], [0.2]])
+  u = np.array([[[0.4, 0.26]], [[0.3, 0.2]], [[0.5, 0.1]], [[0.2, 0.3]]])
+  tt = np.broadcast_to(t, (4, 2048))
+  sh = NamedSharding(mesh2, P("a", "b"))
+  shp = NamedSharding(mesh2, P("a", None))
+  model = lambda t, period, r, u: jaxext.transit_light_curve(
+      t, period=period, t0=0.0, a=10.0, impact=0.3, r=r, u=u, ecc=0.1, omega=0.5)
+  args = (jax.device_put(tt, sh), jax.device_put(periods, shp), jax.device_put(radii, shp),
+          jax.device_put(u, NamedSharding(mesh2, P("a", None, None))))
+  f = _assert_local(model, *args)
+  np.testing.assert_array_equal(np.asarray(f), np.asarray(model(tt, periods, radii, u)))
+  assert f.sharding.is_equivalent_to(sh, 2)
+  per_curve = lambda t, period, r, u: jax.vmap(jax.grad(
+      lambda t, p, r, u: jnp.sum((model(t, p, r, u) - 0.99) ** 2), argnums=(1, 2)))(
+          t, period, r, u)
+  gp, gr = jax.jit(per_curve)(*args)
+  gp0, gr0 = per_curve(tt, periods, radii, u)
+  np.testing.assert_allclose(np.asarray(gp), np.asarray(gp0), rtol=1e-12)
+  np.testing.assert_allclose(np.asarray(gr), np.asarray(gr0), rtol=1e-12)
+
+
 like = lambda x, *_, **__: jax.ShapeDtypeStruct(x.shape, x.dtype)
 
 

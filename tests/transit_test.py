@@ -1,7 +1,12 @@
-"""Tests of jaxext.transit_light_curve: the orbit against an independent NumPy Keplerian orbit,
-physical identities, exposure-time integration and derivatives in every parameter."""
+"""Tests of jaxext.transit_light_curve (one fused kernel: orbit, Kepler, occultation): against a
+30-digit reference (mpmath orbit and quadrature), an independent NumPy orbit with the occultation
+op, physical identities, exposure-time integration, many light curves at once, derivatives in every
+parameter, and bad input."""
 
 import math
+import zlib
+
+import mpmath as mp
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +17,8 @@ from jax.test_util import check_grads
 jax.config.update("jax_enable_x64", True)
 
 import jaxext  # noqa: E402  (after enabling x64)
+from jaxext import transit as transit_module  # noqa: E402
+from tests.limbdark_reference import relative_flux_mp  # noqa: E402
 
 U = jnp.array([0.4, 0.26])
 ORBIT = dict(period=3.5, t0=0.3, a=9.0, r=0.1, u=U)
@@ -126,8 +133,218 @@ def test_bad_arguments():
     jaxext.transit_light_curve(0.0, impact=0.1, inclination=1.5, **ORBIT)
   with pytest.raises(ValueError, match="oversample"):
     jaxext.transit_light_curve(0.0, impact=0.1, texp=0.1, oversample=4, **ORBIT)
-  with pytest.raises(ValueError, match="u must be a vector"):
-    jaxext.transit_light_curve(0.0, period=3.5, t0=0.3, a=9.0, r=0.1, u=jnp.zeros((2, 2)),
+  with pytest.raises(ValueError, match="u must have at least one axis"):
+    jaxext.transit_light_curve(0.0, period=3.5, t0=0.3, a=9.0, r=0.1, u=0.3, impact=0.1)
+  with pytest.raises(ValueError, match="at most 16"):
+    jaxext.transit_light_curve(0.0, period=3.5, t0=0.3, a=9.0, r=0.1, u=jnp.zeros(17),
                                impact=0.1)
+  with pytest.raises(ValueError, match="do not broadcast"):
+    jaxext.transit_light_curve(jnp.zeros(5), period=jnp.ones(3) * 3.5, t0=0.3, a=9.0, r=0.1,
+                               u=U, impact=0.1)
+  with pytest.raises(ValueError, match="oversample"):
+    jaxext.transit_light_curve(0.0, impact=0.1, texp=0.1, oversample=True, **ORBIT)
+  with pytest.raises(TypeError, match="ecc"):
+    jaxext.transit_light_curve(0.0, impact=0.1, ecc=1j, **ORBIT)
   with pytest.raises(TypeError, match="period"):
     jaxext.transit_light_curve(0.0, period="x", t0=0.3, a=9.0, r=0.1, u=U, impact=0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fused kernel against a 30-digit reference and an independent composition.
+
+
+def mp_light_curve(times, *, period, t0, a, impact, ecc, omega, r, u, texp=None, oversample=7):
+  """Flux at 30 digits: Kepler's equation by Newton in mpmath, the textbook orbit, and the
+  occultation by quadrature (tests/limbdark_reference.py); exposures averaged over the same
+  sub-exposure midpoints as the model."""
+  mp.mp.dps = 30
+  P, T0, A, B, e, w, R = (mp.mpf(float(x)) for x in (period, t0, a, impact, ecc, omega, r))
+  cos_i = B * (1 + e * mp.sin(w)) / (A * (1 - e * e))
+  sin_i = mp.sqrt(1 - cos_i**2)
+  f_tr = mp.pi / 2 - w
+  e_tr = 2 * mp.atan2(mp.sqrt(1 - e) * mp.sin(f_tr / 2), mp.sqrt(1 + e) * mp.cos(f_tr / 2))
+  m_tr = e_tr - e * mp.sin(e_tr)
+  k = 1 if texp is None else oversample
+  offsets = [(mp.mpf(j) + mp.mpf(0.5)) / k - mp.mpf(0.5) for j in range(k)]
+  out = []
+  for t in np.asarray(times, dtype=float):
+    total = mp.mpf(0)
+    for o in offsets:
+      ts = mp.mpf(float(t)) + (0 if texp is None else mp.mpf(float(texp)) * o)
+      m = 2 * mp.pi / P * (ts - T0) + m_tr
+      E = m + e * mp.sin(m)
+      for _ in range(100):
+        E = E - (E - e * mp.sin(E) - m) / (1 - e * mp.cos(E))
+      f = 2 * mp.atan2(mp.sqrt(1 + e) * mp.sin(E / 2), mp.sqrt(1 - e) * mp.cos(E / 2))
+      dist = A * (1 - e * mp.cos(E))
+      x = -dist * mp.cos(w + f)
+      y = -dist * mp.sin(w + f) * cos_i
+      z = dist * mp.sin(w + f) * sin_i
+      sep = mp.sqrt(x * x + y * y)
+      total += relative_flux_mp(sep, R, u) if (z > 0 and sep < 1 + R) else 1
+    out.append(float(total / k))
+  return np.array(out)
+
+
+# (name, parameters, times relative to t0): eccentric near e = 0.9 transiting near periastron and
+# near apoastron, a grazing transit, a long exposure, a high-order law.
+REFERENCE_CASES = [
+    ("e0.9 periastron", dict(period=12.0, a=25.0, impact=0.4, ecc=0.9, omega=math.pi / 2, r=0.08,
+                             u=(0.4, 0.26)), 0.03),
+    ("e0.9 apoastron", dict(period=40.0, a=30.0, impact=0.2, ecc=0.9, omega=-math.pi / 2,
+                            r=0.12, u=(0.3, 0.2)), 1.5),
+    ("grazing", dict(period=3.0, a=8.0, impact=1.04, ecc=0.1, omega=0.3, r=0.1,
+                     u=(0.5, 0.1)), 0.024),
+    ("long exposure", dict(period=5.0, a=12.0, impact=0.3, ecc=0.2, omega=2.0, r=0.1,
+                           u=(0.4, 0.26), texp=0.0204, oversample=5), 0.12),
+    ("quartic law", dict(period=3.0, a=9.0, impact=0.5, ecc=0.0, omega=0.0, r=0.15,
+                         u=(0.3, 0.2, -0.1, 0.05)), 0.1),
+]
+
+
+@pytest.mark.parametrize("name,params,half_width", REFERENCE_CASES,
+                         ids=[c[0] for c in REFERENCE_CASES])
+def test_light_curve_matches_30_digit_reference(name, params, half_width):
+  t0 = 0.7
+  rng = np.random.default_rng(zlib.crc32(name.encode()))
+  times = t0 + np.concatenate([rng.uniform(-half_width, half_width, 14),
+                               np.linspace(-half_width, half_width, 9)])
+  kwargs = dict(params, u=jnp.array(params["u"]))
+  got = np.asarray(jaxext.transit_light_curve(times, t0=t0, **kwargs))
+  want = mp_light_curve(times, t0=t0, **params)
+  assert (want < 1).sum() >= 10, "the case must sample the transit"
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def reference_flux(t, *, period, t0, a, impact, ecc, omega, r, u, texp=None, oversample=7):
+  """The independent NumPy orbit (numpy_separation) with the occultation op, exposure-averaged."""
+  t = np.asarray(t, dtype=float)
+  k = 1 if texp is None else oversample
+  offsets = (np.arange(k) + 0.5) / k - 0.5
+  ts = t[:, None] + (0.0 if texp is None else texp) * offsets
+  sep, front = numpy_separation(ts, period, t0, a, impact, ecc, omega)
+  f = np.where(front, np.asarray(jaxext.limb_dark_flux(sep, r, jnp.asarray(u))), 1.0)
+  return f.mean(axis=1)
+
+
+def random_light_curves(rng, count):
+  for _ in range(count):
+    period = rng.uniform(0.5, 30.0)
+    ecc = float(rng.choice([0.0, rng.uniform(0.0, 0.95)]))
+    a = rng.uniform(1.8, 40.0) / (1 - ecc)  # periastron outside the star
+    yield dict(period=period, t0=rng.uniform(-5, 5), a=a, impact=rng.uniform(0.0, 1.3),
+               ecc=ecc, omega=rng.uniform(-math.pi, math.pi), r=rng.uniform(0.005, 0.4),
+               u=rng.uniform(0.0, 0.5, 2),
+               **(dict(texp=rng.uniform(0.001, 0.05) * period, oversample=int(rng.choice([3, 7])))
+                  if rng.uniform() < 0.3 else {}))
+
+
+def test_random_light_curves_match_independent_orbit():
+  """Random orbits (circular and up to e = 0.95, close-in to wide, grazing, exposures): every
+  phase (random times across the period, dense times around the transit, where the kernel's
+  window for skipping the orbit begins and ends)."""
+  rng = np.random.default_rng(7)
+  for params in random_light_curves(rng, 40):
+    P, t0 = params["period"], params["t0"]
+    times = np.concatenate([t0 + rng.uniform(-3 * P, 3 * P, 300),
+                            t0 + np.linspace(-0.08, 0.08, 301) * P])
+    kwargs = dict(params, u=jnp.asarray(params["u"]))
+    got = np.asarray(jaxext.transit_light_curve(times, **kwargs))
+    want = reference_flux(times, **params)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-12, err_msg=str(params))
+
+
+def test_many_light_curves_in_one_call():
+  """Parameters of shape (W, 1) (one light curve each, u per light curve too) against a loop."""
+  rng = np.random.default_rng(3)
+  params = list(random_light_curves(rng, 6))
+  t = np.linspace(-1.0, 1.0, 500)
+  stack = lambda key: jnp.array([[p[key]] for p in params])
+  common = dict(period=stack("period"), t0=stack("t0") * 0, a=stack("a"),
+                impact=stack("impact"), ecc=stack("ecc"), omega=stack("omega"), r=stack("r"))
+  u = jnp.array([[p["u"]] for p in params])  # (W, 1, 2)
+  got = jaxext.transit_light_curve(t, u=u, **common)
+  assert got.shape == (6, 500)
+  for w, p in enumerate(params):
+    one = jaxext.transit_light_curve(t, period=p["period"], t0=0.0, a=p["a"], impact=p["impact"],
+                                     ecc=p["ecc"], omega=p["omega"], r=p["r"],
+                                     u=jnp.asarray(p["u"]))
+    np.testing.assert_array_equal(got[w], one)
+  # The same through vmap over the parameter sets (MCMC walkers): no Python loop, same numbers.
+  walkers = jax.vmap(lambda period, a, r: jaxext.transit_light_curve(
+      t, period=period, t0=0.0, a=a, impact=0.3, r=r, u=U))
+  periods, axes, radii = jnp.array([2.0, 3.0, 4.0]), jnp.array([8.0, 9.0, 10.0]), jnp.array(
+      [0.05, 0.1, 0.2])
+  batched = walkers(periods, axes, radii)
+  broadcast = jaxext.transit_light_curve(t, period=periods[:, None], t0=0.0, a=axes[:, None],
+                                         impact=0.3, r=radii[:, None], u=U)
+  np.testing.assert_array_equal(batched, broadcast)
+
+
+def test_float32():
+  t = np.linspace(-0.2, 0.2, 2001)
+  kw = dict(period=3.0, t0=0.0, a=10.0, impact=0.3, ecc=0.2, omega=1.0, r=0.1)
+  f64 = jaxext.transit_light_curve(t, u=U, **kw)
+  f32 = jaxext.transit_light_curve(jnp.asarray(t, jnp.float32), u=U.astype(jnp.float32),
+                                   **{k: np.float32(v) for k, v in kw.items()})
+  assert f32.dtype == jnp.float32
+  np.testing.assert_allclose(f32, f64, rtol=0, atol=2e-6)
+
+
+def test_out_of_domain_is_nan():
+  t = jnp.array([-0.05, 0.0, 0.05, 1.0])
+  for bad in (dict(ecc=1.0), dict(ecc=-0.1), dict(a=0.0), dict(period=0.0), dict(r=-0.1),
+              dict(period=float("nan")), dict(u=jnp.array([0.4, float("inf")]))):
+    kw = dict(ORBIT, impact=0.3, **bad)
+    assert np.isnan(np.asarray(jaxext.transit_light_curve(t, **kw))).all(), bad
+  f = np.asarray(jaxext.transit_light_curve(jnp.array([0.3, float("nan"), 1.0]), impact=0.3,
+                                            **ORBIT))
+  assert f[0] < 1 and np.isnan(f[1]) and f[2] == 1.0
+
+
+def test_derivatives_match_composition():
+  """The kernel's derivatives (chain rule in C++) against JAX's differentiation of the unfused
+  model (jnp orbit around the kepler and limbdark ops), for every parameter and the times."""
+  names = ("period", "t0", "a", "impact", "ecc", "omega", "r", "u", "texp")
+
+  def fused(t, *args):
+    kw = dict(zip(names, args))
+    return jaxext.transit_light_curve(t, oversample=5, **kw)
+
+  def composed(t, *args):
+    kw = dict(zip(names, args))
+    q = transit_module._kernel_params(period=kw["period"], t0=kw["t0"], a=kw["a"], r=kw["r"],
+                                      impact=kw["impact"], inclination=None, ecc=kw["ecc"],
+                                      omega=kw["omega"], texp=kw["texp"])
+    return transit_module._unfused_flux(t, q, kw["u"], 5)
+
+  for ecc, omega in ((0.0, 0.0), (0.3, 0.8), (0.85, -1.2)):
+    args = (3.0, 0.1, 12.0, 0.4, ecc, omega, 0.1, U, 0.02)
+    t = 0.1 + jnp.linspace(-0.15, 0.15, 41)
+    jf = jax.jacrev(fused, argnums=tuple(range(10)))(t, *args)
+    jc = jax.jacrev(composed, argnums=tuple(range(10)))(t, *args)
+    for name, a_, b_ in zip(("t",) + names, jf, jc):
+      np.testing.assert_allclose(a_, b_, rtol=1e-9, atol=1e-11, err_msg=f"{name} e={ecc}")
+    assert np.abs(np.asarray(jf[5])).max() > 0  # d/d ecc
+
+
+def test_check_grads_forward_and_reverse():
+  t = jnp.array([0.2, 0.26, 0.3, 0.33, 0.36, 2.0])
+
+  def model(t, t0, period, a, impact, r, u, ecc, omega, texp):
+    return jaxext.transit_light_curve(t, period=period, t0=t0, a=a, impact=impact, r=r, u=u,
+                                      ecc=ecc, omega=omega, texp=texp, oversample=3)
+
+  check_grads(model, (t, 0.3, 3.5, 9.0, 0.3, 0.1, U, 0.2, 0.4, 0.02), order=1,
+              modes=("fwd", "rev"), eps=1e-6)
+  # Circular orbits (e = 0 exactly skips the Kepler solve): the derivative in ecc there is the
+  # one-sided limit (e < 0 is out of the domain).
+  of_e = lambda e: model(t, 0.3, 3.5, 9.0, 0.3, 0.1, U, e, 0.4, 0.02)
+  d0 = np.asarray(jax.jacfwd(of_e)(0.0))
+  np.testing.assert_allclose(d0, jax.jacrev(of_e)(0.0), rtol=1e-12, atol=1e-15)
+  np.testing.assert_allclose(d0, jax.jacfwd(of_e)(1e-9), rtol=1e-6, atol=1e-12)
+  h = 1e-6
+  one_sided = (-3 * of_e(0.0) + 4 * of_e(h) - of_e(2 * h)) / (2 * h)
+  np.testing.assert_allclose(d0, one_sided, rtol=1e-4, atol=1e-8)
+  assert np.abs(d0).max() > 1e-3
+

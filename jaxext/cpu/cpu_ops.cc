@@ -7,6 +7,7 @@
 #include "jaxext/cpu/ode_cpu.h"
 #include "jaxext/cpu/sph_cpu.h"
 #include "jaxext/cpu/tp_cpu.h"
+#include "jaxext/cpu/transit_cpu.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
 #include "jaxext/common/ffi_helpers.h"
@@ -26,6 +27,12 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF32);
     d["jaxext_limbdark_grad_f64"] =
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF64);
+    d["jaxext_transit_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitCpuF32);
+    d["jaxext_transit_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitCpuF64);
+    d["jaxext_transit_grad_f32"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitGradCpuF32);
+    d["jaxext_transit_grad_f64"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitGradCpuF64);
     d["jaxext_numba_call"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextNumbaCallCpu);
     d["jaxext_dop853"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextDop853Cpu);
     d["jaxext_sph"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSphCpu);

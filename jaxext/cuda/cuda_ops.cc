@@ -4,6 +4,7 @@
 #include "jaxext/cuda/limbdark_cuda.h"
 #include "jaxext/cuda/numba_cuda.h"
 #include "jaxext/cuda/ode_cuda.h"
+#include "jaxext/cuda/transit_cuda.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
 #include "jaxext/common/ffi_helpers.h"
@@ -23,6 +24,12 @@ PYBIND11_MODULE(_cuda_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkGradCudaF32);
     d["jaxext_limbdark_grad_f64"] =
         jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkGradCudaF64);
+    d["jaxext_transit_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitCudaF32);
+    d["jaxext_transit_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitCudaF64);
+    d["jaxext_transit_grad_f32"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitGradCudaF32);
+    d["jaxext_transit_grad_f64"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitGradCudaF64);
     d["jaxext_dop853"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextDop853Cuda);
     // jaxext.numba_cuda_kernel: loads its module before any graph capture, then launches.
     py::dict numba;

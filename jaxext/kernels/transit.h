@@ -1,0 +1,214 @@
+// Transit light curves in one pass: times -> mean anomaly -> Kepler -> sky position -> occultation,
+// with exposure-time integration, and the exact derivatives of the flux with respect to every
+// parameter.
+//
+// One header shared by the CPU handler and the CUDA kernel. All arithmetic is in double.
+//
+// Parameters (one row per light curve, the "kernel parameters" q; jaxext/transit.py maps the
+// public ones -- period, t0, a, impact or inclination, ecc, omega, r, texp -- onto them):
+//   q = (n, t0, m_tr, a, cos_i, ecc, sin_w, cos_w, r, texp)
+//   n = 2 pi / period (mean motion), m_tr = mean anomaly at mid-transit t0 (true anomaly
+//   pi/2 - omega), cos_i = cosine of the inclination, (sin_w, cos_w) = that of omega.
+// For sub-exposure k of K (offset o_k = (k + 1/2) / K - 1/2) of the point at time t:
+//   phi = n (t + texp o_k - t0),  M = m_tr + phi,  E - e sin E = M,
+//   (X, Y) = (cos E - e, sqrt(1 - e^2) sin E)      (position in the orbital plane / a),
+//   U = cos_w X - sin_w Y,  V = sin_w X + cos_w Y,
+//   sky position (x, y) = -a (U, cos_i V), in front of the star when V sin_i > 0,
+//   b = |(x, y)|, flux = limbdark(b, r, u) in front and 1 behind; the point's flux is the mean
+//   over k. (The conventions of batman and jaxoplanet; see jaxext/transit.py.)
+// Circular orbits (e = 0 exactly) take E = M without the Kepler solve.
+//
+// Skipping: per light curve, the range of phi (reduced to (-pi, pi]) outside which the planet is
+// farther than 1 + r from the star in the sky is computed once (a conservative window: it uses
+// the smallest orbital distance a (1 - e)); points outside it are out of transit without an orbit
+// computation. The flux there is exactly 1 either way.
+//
+// Derivatives: db/dq by the chain rule through the formulas above (dE/dM = 1/(1 - e cos E),
+// dE/de = sin E/(1 - e cos E)), times the occultation's analytic db derivative; dr and du come from
+// the occultation kernel directly. dflux/dt = -dflux/dt0.
+//
+// Domain: a light curve whose parameters are not all finite, or with e outside [0, 1), a <= 0,
+// n <= 0, r <= 0, or non-finite limb-darkening coefficients, has NaN flux (and derivatives) at
+// every time; a non-finite time gives NaN at that point. |cos_i| >= 1 (face-on) never transits.
+#ifndef JAXEXT_KERNELS_TRANSIT_H_
+#define JAXEXT_KERNELS_TRANSIT_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "jaxext/kernels/kepler.h"
+#include "jaxext/kernels/limbdark.h"
+#include "jaxext/kernels/platform.h"
+
+namespace jaxext {
+namespace transit {
+
+// Columns of the parameter rows q.
+enum Param : int {
+  kN = 0,
+  kT0 = 1,
+  kMtr = 2,
+  kA = 3,
+  kCosI = 4,
+  kEcc = 5,
+  kSinW = 6,
+  kCosW = 7,
+  kRadius = 8,
+  kTexp = 9,
+  kNumParams = 10,
+};
+
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kTwoPi = 6.28318530717958647693;
+
+// Per light curve: the parameters, and what the points share.
+struct Orbit {
+  double q[kNumParams];
+  double s1;        // sqrt(1 - e^2)
+  bool valid;       // parameters in the domain (else every flux is NaN)
+  bool circular;    // e == 0
+  bool can_transit; // |cos_i| < 1
+  bool windowed;    // transits only for reduced phi in [psi_lo, psi_hi]
+  double psi_lo, psi_hi;
+};
+
+JAXEXT_HD bool Finite(double x) { return x - x == 0.0; }
+
+// Mean anomaly at true anomaly f.
+JAXEXT_HD double MeanAnomaly(double f, double e) {
+  const double E = 2.0 * atan2(sqrt(1.0 - e) * sin(0.5 * f), sqrt(1.0 + e) * cos(0.5 * f));
+  return E - e * sin(E);
+}
+
+// x reduced to (-pi, pi].
+JAXEXT_HD double Reduce(double x) {
+  double y = x - kTwoPi * rint(x * (1.0 / kTwoPi));
+  return y <= -kPi ? y + kTwoPi : (y > kPi ? y - kTwoPi : y);
+}
+
+template <typename T>
+JAXEXT_HD void MakeOrbit(const T* q_in, const limbdark::Law& law, Orbit* o) {
+  bool finite = true;
+  for (int k = 0; k < kNumParams; ++k) {
+    o->q[k] = static_cast<double>(q_in[k]);
+    finite = finite && Finite(o->q[k]);
+  }
+  for (int m = 0; m <= law.order; ++m) finite = finite && Finite(law.a[m]);
+  const double* q = o->q;
+  const double e = q[kEcc];
+  o->valid = finite && e >= 0.0 && e < 1.0 && q[kA] > 0.0 && q[kN] > 0.0 && q[kRadius] > 0.0;
+  o->circular = e == 0.0;
+  o->s1 = o->valid ? sqrt((1.0 - e) * (1.0 + e)) : 0.0;
+  o->can_transit = fabs(q[kCosI]) < 1.0;
+  o->windowed = false;
+  o->psi_lo = -kPi;
+  o->psi_hi = kPi;
+  if (!o->valid) return;
+  // In front and within 1 + r of the star in the sky needs |cos(omega + f)| <= (1 + r) / dist
+  // <= c = (1 + r) / (a (1 - e)) (since |x| = dist |cos(omega + f)|): f within delta = asin(c)
+  // of f_tr = pi/2 - omega. Its image in M is narrower than pi when the bound on dM/df below
+  // says so; then the window is [M(f_tr - delta), M(f_tr + delta)] - m_tr, widened by a margin.
+  const double c = (1.0 + q[kRadius]) / (q[kA] * (1.0 - e)) * (1.0 + 1e-6);
+  if (!(c < 0.5)) return;
+  const double delta = asin(c);
+  const double max_dmdf = (1.0 + e) * sqrt((1.0 + e) / (1.0 - e));
+  if (!(2.0 * delta * max_dmdf < 0.9 * kPi)) return;
+  const double f_tr = 0.5 * kPi - atan2(q[kSinW], q[kCosW]);
+  const double lo = Reduce(MeanAnomaly(f_tr - delta, e) - q[kMtr]);
+  const double hi = Reduce(MeanAnomaly(f_tr + delta, e) - q[kMtr]);
+  if (!(lo < 0.0 && hi > 0.0)) return;  // m_tr inconsistent with (e, omega): no skipping
+  const double margin = 1e-6;
+  o->windowed = true;
+  o->psi_lo = lo - margin;
+  o->psi_hi = hi + margin;
+}
+
+// A point far outside the disks' reach: flux exactly 1 on every path of the occultation kernel.
+JAXEXT_HD double FarAway(const Orbit& o) { return 2.0 * (1.0 + o.q[kRadius]) + 2.0; }
+
+// The sub-exposure offset o_k (in units of texp).
+JAXEXT_HD double Offset(int k, int oversample) {
+  return (k + 0.5) / oversample - 0.5;
+}
+
+// The per-sub-exposure work in three branch-free steps, so that a loop over sub-exposures of one
+// light curve vectorises each step (the CPU handler runs them as separate lane loops, skipping the
+// last two when no sub-exposure of a block is in the window; the CUDA kernel calls Separation).
+//
+// 1. Phase: mean anomaly M and whether the sub-exposure at time t_sub can be in transit.
+//    `dt` = t_sub - t0 (kept for the derivative in n). Non-finite phases count as in the window
+//    (their NaN flows through to the flux).
+JAXEXT_HD void Phase(const Orbit& o, double t_sub, double* dt, double* M, bool* in_window) {
+  const double* q = o.q;
+  *dt = t_sub - q[kT0];
+  const double phi = q[kN] * *dt;
+  const double psi = Reduce(phi);
+  *M = q[kMtr] + psi;
+  *in_window = !Finite(phi) || (o.can_transit & (psi >= o.psi_lo) & (psi <= o.psi_hi));
+}
+
+// 2. sin E and cos E (E = M on circular orbits).
+JAXEXT_HD void Anomaly(const Orbit& o, double M, double* sE, double* cE) {
+  if (o.circular) {
+    kepler::sincos(M, sE, cE);
+  } else {
+    kepler::solve(M, o.q[kEcc], sE, cE);
+  }
+}
+
+// 3. b, whether the occultation must be evaluated (`active`; otherwise the flux is 1: out of the
+//    window or behind the star; b is then FarAway), and if kGrad db/dq at db_dq[m * stride]
+//    (zeros where inactive). NaN b (active) for invalid light curves and non-finite times.
+template <bool kGrad>
+JAXEXT_HD double Geometry(const Orbit& o, double dt, double offset, double sE, double cE,
+                          bool in_window, bool* active, double* db_dq, int64_t stride) {
+  const double* q = o.q;
+  const double e = q[kEcc];
+  const double X = cE - e, Y = o.s1 * sE;
+  const double sw = q[kSinW], cw = q[kCosW], ci = q[kCosI], a = q[kA];
+  const double U = cw * X - sw * Y, V = sw * X + cw * Y;
+  const double x = -a * U, y = -a * ci * V;
+  const double b_orbit = sqrt(x * x + y * y);
+  const bool finite = o.valid & Finite(b_orbit);
+  const bool on = in_window & (V > 0.0);
+  *active = on | !finite;
+  const double b = !finite ? NAN : (on ? b_orbit : FarAway(o));
+  if (kGrad) {
+    const double inv_b = (on & (b_orbit > 0.0)) ? 1.0 / b_orbit : 0.0;  // 0 where inactive
+    const double D = 1.0 - e * cE;
+    const double X_E = -sE, Y_E = o.s1 * cE;
+    const double U_E = cw * X_E - sw * Y_E, V_E = sw * X_E + cw * Y_E;
+    // db = (x dx + y dy) / b with dx = -a dU - U da, dy = -a ci dV - a V dci - ci V da.
+    const double b_U = -a * x * inv_b, b_V = -a * ci * y * inv_b;
+    const double b_M = (b_U * U_E + b_V * V_E) / D;
+    db_dq[kN * stride] = b_M * dt;
+    db_dq[kT0 * stride] = -b_M * q[kN];
+    db_dq[kMtr * stride] = b_M;
+    db_dq[kTexp * stride] = b_M * q[kN] * offset;
+    db_dq[kA * stride] = inv_b > 0.0 ? b_orbit / a : 0.0;
+    db_dq[kCosI * stride] = -a * V * y * inv_b;
+    // e: through E (dE/de = sin E / D) and explicitly (dX/de = -1, dY/de = -e sin E / s1).
+    const double X_e = -1.0, Y_e = o.s1 > 0.0 ? -e * sE / o.s1 : 0.0;
+    db_dq[kEcc * stride] = b_M * sE + b_U * (cw * X_e - sw * Y_e) + b_V * (sw * X_e + cw * Y_e);
+    db_dq[kSinW * stride] = b_U * (-Y) + b_V * X;
+    db_dq[kCosW * stride] = b_U * X + b_V * Y;
+    db_dq[kRadius * stride] = 0.0;
+  }
+  return b;
+}
+
+// The three steps for one sub-exposure (db_dq contiguous).
+template <bool kGrad>
+JAXEXT_HD double Separation(const Orbit& o, double t, double offset, bool* active,
+                            double* db_dq) {
+  double dt, M, sE = 0.0, cE = 1.0;
+  bool in_window;
+  Phase(o, t + o.q[kTexp] * offset, &dt, &M, &in_window);
+  if (in_window) Anomaly(o, M, &sE, &cE);
+  return Geometry<kGrad>(o, dt, offset, sE, cE, in_window, active, db_dq, 1);
+}
+
+}  // namespace transit
+}  // namespace jaxext
+
+#endif  // JAXEXT_KERNELS_TRANSIT_H_
