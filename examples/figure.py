@@ -19,7 +19,7 @@ _GLYPHS = {
     "M": "101111111101101", "N": "110101101101101", "O": "010101101101010",
     "P": "110101110100100", "R": "110101110101101", "S": "011100010001110",
     "T": "111010010010010", "U": "101101101101111", "V": "101101101101010",
-    "Y": "101101010010010", "W": "101101111111101", " ": "000000000000000",
+    "Y": "101101010010010", "X": "101101010101101", "W": "101101111111101", " ": "000000000000000",
     ":": "000010000010000", "-": "000000111000000", ".": "000000000000010",
     "%": "101001010100101", "(": "010100100100010", ")": "010001001001010",
 }
@@ -126,5 +126,76 @@ def histograms(series, bins, labels, colors, *, x_label: str, y_label: str = "CO
     y += 20
   for note in notes:
     text(img, left + pw - 190, y + 1, note)
+    y += 20
+  return img
+
+
+def _draw_points(img, xs, ys, color, radius=1):
+  h, w, _ = img.shape
+  for x, y in zip(xs, ys):
+    img[max(y - radius, 0):min(y + radius + 1, h), max(x - radius, 0):min(x + radius + 1, w)] = color
+
+
+def _draw_line(img, xs, ys, color, width=2):
+  """A polyline through pixel coordinates (consecutive points joined by straight segments)."""
+  for (xa, ya), (xb, yb) in zip(zip(xs[:-1], ys[:-1]), zip(xs[1:], ys[1:])):
+    n = int(max(abs(xb - xa), abs(yb - ya))) + 1
+    px = np.round(np.linspace(xa, xb, n)).astype(int)
+    py = np.round(np.linspace(ya, yb, n)).astype(int)
+    _draw_points(img, px, py, color, radius=width // 2)
+
+
+def panels(rows, *, x_label: str, x_range=None, size=(760, 560), legend=(),
+           legend_at=(0.03, 0.55)) -> np.ndarray:
+  """Vertically stacked panels sharing the x axis; returns an (h, w, 3) uint8 image.
+
+  rows: one dict per panel with `height` (relative), `y_label`, and any of `points` ((x, y, color)
+  scatter series), `lines` ((x, y, color) polylines), `zero` (draw y = 0). legend: (label, color).
+  """
+  w, h = size
+  img = np.full((h, w, 3), 255, np.uint8)
+  left, right, top, bottom, gap = 90, 20, 20, 50, 14
+  pw = w - left - right
+  total = sum(r.get("height", 1) for r in rows)
+  avail = h - top - bottom - gap * (len(rows) - 1)
+  xs_all = np.concatenate([np.asarray(s[0]) for r in rows
+                           for s in list(r.get("points", ())) + list(r.get("lines", ()))])
+  x0, x1 = x_range if x_range is not None else (float(xs_all.min()), float(xs_all.max()))
+  px = lambda v: left + np.round((np.asarray(v) - x0) / (x1 - x0) * (pw - 1)).astype(int)
+  y_cursor = top
+  for k, row in enumerate(rows):
+    ph = int(avail * row.get("height", 1) / total)
+    series = list(row.get("points", ())) + list(row.get("lines", ()))
+    ys_all = np.concatenate([np.asarray(s[1]) for s in series])
+    lo, hi = float(ys_all.min()), float(ys_all.max())
+    pad = 0.06 * (hi - lo or 1.0)
+    lo, hi = lo - pad, hi + pad
+    py = lambda v, lo=lo, hi=hi, t=y_cursor, ph=ph: t + ph - 1 - np.round(
+        (np.asarray(v) - lo) / (hi - lo) * (ph - 1)).astype(int)
+    step = _nice_step(hi - lo, 4)
+    for v in np.arange(np.ceil(lo / step) * step, hi, step):  # grid and y ticks
+      img[int(py(v)), left:left + pw] = (228, 228, 228)
+      text(img, left - 8, int(py(v)) - 5, f"{v:.6g}", anchor="right")
+    if row.get("zero") and lo < 0 < hi:
+      img[int(py(0.0)), left:left + pw] = (120, 120, 120)
+    for x, y, color in row.get("points", ()):
+      _draw_points(img, px(x), py(y), color)
+    for x, y, color in row.get("lines", ()):
+      _draw_line(img, px(x), py(y), color)
+    img[y_cursor:y_cursor + ph, left] = 0  # axes
+    img[y_cursor + ph - 1, left:left + pw] = 0
+    text(img, left + 8, y_cursor + 4, row.get("y_label", ""))
+    if k == len(rows) - 1:
+      xstep = _nice_step(x1 - x0, 8)
+      for v in np.arange(np.ceil(x0 / xstep) * xstep, x1 + xstep / 2, xstep):
+        img[y_cursor + ph:y_cursor + ph + 5, int(px(v))] = 0
+        text(img, int(px(v)), y_cursor + ph + 9, f"{v:.6g}", anchor="center")
+    y_cursor += ph + gap
+  text(img, left + pw // 2, h - 20, x_label, anchor="center")
+  first = int(avail * rows[0].get("height", 1) / total)
+  lx, y = left + int(legend_at[0] * pw), top + int(legend_at[1] * first)
+  for label, color in legend:
+    img[y:y + 12, lx:lx + 18] = color
+    text(img, lx + 26, y + 1, label)
     y += 20
   return img
