@@ -21,7 +21,8 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   assert r.returncode == 0, r.stdout + r.stderr
   report = json.loads((tmp_path / "gpu_checks.json").read_text())
   assert report["checks"] and all(report["checks"].values()), report["checks"]
-  assert len(report["checks"]) == 22  # 10 Kepler + 7 limbdark + 5 ode (CPU against CPU here)
+  # 10 Kepler + 7 limbdark + 9 transit + 5 ode (CPU against CPU here)
+  assert len(report["checks"]) == 31
   ode = [row for row in report["bench"] if row.get("op", "").startswith("ode.dop853")]
   assert len(ode) == 1 and ode[0]["n"] == 100 and ode[0]["us_per_trajectory"] > 0
   kepler = [row for row in report["bench"] if "op" not in row]
@@ -30,5 +31,7 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   assert {row["dtype"] for row in limbdark} == {"float32", "float64"}
   for row in kepler:
     assert row["jaxext_GBps"] > 0 and row["copy_GBps"] > 0 and row["speedup_vs_pure_jax"] > 0
+  transit = [row for row in report["bench"] if row.get("op") == "transit"]
+  assert len(transit) == 2 and all(row["ns_per_point"] > 0 for row in transit)
   for row in limbdark:
     assert row["ns_per_point"] > 0 and row["value_and_grad_ns_per_point"] > 0

@@ -17,7 +17,8 @@ under jit, vmap and grad, then benchmarks n elements: GB/s of jaxext.kepler agai
 kernel with the same traffic (two arrays in, two out) measured in the same run, and the ratio
 against the pure-JAX solver of benchmarks/kepler_bench.py on the GPU; then the limb-darkening op:
 GPU against CPU (flux and gradients, quadratic and quartic laws, both dtypes), NaN handling, and
-ns per point on n points; then jaxext.numba_cuda_kernel (needs numba-cuda on the GPU machine):
+ns per point on n points; the fused transit light curve (GPU against CPU, ns per point); then
+jaxext.numba_cuda_kernel (needs numba-cuda on the GPU machine):
 results against NumPy, both vmap modes, a jitted loop, and per-call cost. Exits non-zero on a
 failure.
 """
@@ -170,6 +171,11 @@ def main():
       check("numba_cuda_kernel checks completed", False, repr(err)[:2000])
 
   try:
+    transit_checks(check, gpu, cpu, best, report, rng, n=min(args.n, 10_000_000))
+  except Exception as err:  # noqa: BLE001
+    check("transit checks completed", False, repr(err)[:2000])
+
+  try:
     ode_checks(check, gpu, cpu, best, report, rng, small=args.device != "gpu")
   except Exception as err:  # noqa: BLE001
     check("ode.dop853 checks completed", False, repr(err)[:2000])
@@ -262,6 +268,58 @@ def numba_checks(check, gpu, best, report, rng):
     t_jnp = best(jax.jit(lambda x: jax.lax.fori_loop(0, 1000, lambda i, v: 0.5 * v + x, x)), xn) / 1000
     row = {"op": "numba_cuda_kernel", "n": n, "us_per_call_in_loop": t_ours * 1e6,
            "jnp_us_per_iteration": t_jnp * 1e6}
+    report["bench"].append(row)
+    print(json.dumps(row))
+
+
+def transit_checks(check, gpu, cpu, best, report, rng, n):
+  """The fused transit kernel on the GPU (one thread per point) against the CPU handler: circular
+  and eccentric orbits, exposure integration, many light curves at once, both dtypes, gradients
+  in every parameter; then ns per point on n times across one transit window."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  import jaxext
+
+  base = dict(period=3.0, t0=0.0, a=10.0, impact=0.3, r=0.1)
+  t = np.concatenate([np.linspace(-0.2, 0.2, 20000), rng.uniform(-30, 30, 5000)])
+  cases = {"circular": {}, "eccentric": dict(ecc=0.5, omega=1.0),
+           "exposures": dict(ecc=0.2, omega=-0.5, texp=0.02, oversample=7)}
+  for name, extra in cases.items():
+    for dtype in (np.float32, np.float64):
+      u = np.array([0.4, 0.26], dtype)
+      f = jax.jit(lambda t, u: jaxext.transit_light_curve(t, u=u, **base, **extra))
+      fg = np.asarray(f(jax.device_put(t.astype(dtype), gpu), jax.device_put(u, gpu)))
+      fc = np.asarray(f(jax.device_put(t.astype(dtype), cpu), jax.device_put(u, cpu)))
+      diff = np.max(np.abs(fg.astype(np.float64) - fc))
+      tol = 1e-13 if dtype == np.float64 else 1e-6
+      check(f"transit {name} {np.dtype(dtype).name} GPU agrees with CPU", diff <= tol,
+            f"max |diff| {diff:.3g}")
+  periods = np.array([[2.5], [3.0], [3.5]])
+  many = jax.jit(lambda t, p: jaxext.transit_light_curve(t, period=p, t0=0.0, a=10.0, impact=0.3,
+                                                         r=0.1, u=np.array([0.4, 0.26])))
+  mg = np.asarray(many(jax.device_put(t, gpu), jax.device_put(periods, gpu)))
+  mc = np.asarray(many(jax.device_put(t, cpu), jax.device_put(periods, cpu)))
+  check("transit many light curves GPU agrees with CPU", np.max(np.abs(mg - mc)) <= 1e-13)
+  names = ("period", "t0", "a", "impact", "r", "ecc", "omega", "u")
+  loss = lambda *p: jnp.sum(jaxext.transit_light_curve(t[:20000], texp=0.02, **dict(zip(names, p))))
+  grad = jax.jit(jax.grad(loss, argnums=tuple(range(8))))
+  args = (3.0, 0.0, 10.0, 0.3, 0.1, 0.2, 0.5, np.array([0.4, 0.26]))
+  gg = grad(*(jax.device_put(x, gpu) for x in args))
+  gc = grad(*(jax.device_put(x, cpu) for x in args))
+  check("transit gradients on GPU agree with CPU",
+        all(np.allclose(np.asarray(a), np.asarray(c), rtol=1e-9, atol=1e-12) for a, c in zip(gg, gc)))
+  bad = np.asarray(jaxext.transit_light_curve(jax.device_put(np.array([0.0, np.nan]), gpu), u=np.array([0.4, 0.26]),
+                                              **dict(base, r=-0.1)))
+  check("transit out-of-domain gives NaN on GPU", np.all(np.isnan(bad)))
+  for ecc in (0.0, 0.5):
+    tn = jax.device_put(np.linspace(-0.2, 0.2, n), gpu)
+    f = jax.jit(lambda t: jaxext.transit_light_curve(t, u=np.array([0.4, 0.26]), ecc=ecc,
+                                                     omega=1.0, **base))
+    fgrad = jax.jit(jax.grad(lambda a, t: jnp.sum(jaxext.transit_light_curve(
+        t, u=np.array([0.4, 0.26]), ecc=ecc, omega=1.0, **dict(base, a=a)))))
+    row = {"op": "transit", "ecc": ecc, "n": n, "ns_per_point": best(f, tn) / n * 1e9,
+           "value_and_grad_ns_per_point": best(lambda t: fgrad(10.0, t), tn) / n * 1e9}
     report["bench"].append(row)
     print(json.dumps(row))
 
