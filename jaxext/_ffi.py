@@ -50,6 +50,10 @@ _SYMBOLS = {
     "jaxext_transit_f64": "JaxextTransit{}F64",
     "jaxext_transit_grad_f32": "JaxextTransitGrad{}F32",
     "jaxext_transit_grad_f64": "JaxextTransitGrad{}F64",
+    "jaxext_transit_lin_f32": "JaxextTransitLin{}F32",
+    "jaxext_transit_lin_f64": "JaxextTransitLin{}F64",
+    "jaxext_transit_vjp_f32": "JaxextTransitVjp{}F32",
+    "jaxext_transit_vjp_f64": "JaxextTransitVjp{}F64",
     "jaxext_dop853": "JaxextDop853{}",
 }
 

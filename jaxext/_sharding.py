@@ -60,9 +60,16 @@ def _splittable(factors: Factors) -> bool:
   return not all(_replicated(f) for f in factors)
 
 
-def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors]):
+def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
+          sums: dict[int, Factors] | None = None):
   """Lowers `per_shard(*args)` (which returns a tuple) so that the partitioner splits it along
-  the named factors; returns the lowering's results."""
+  the named factors; returns the lowering's results.
+
+  `sums` maps a result index to the factors it is a sum over (factors of the operands that the
+  result does not have, e.g. the points of a light curve in a gradient with respect to its
+  parameters): each device's result is then its shard's partial sum, added up across the mesh
+  axes that split those factors (an all-reduce of the small result, not a gather of the inputs).
+  """
   if not any(_splittable(f) for f in operands):  # nothing may be split: XLA replicates the call
     return compat.lower_fun(per_shard, multiple_results=True)(ctx, *args)
   text, need_replication = rule(operands, results)
@@ -73,7 +80,24 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors])
   def partition(mesh, arg_shapes, result_shapes):
     arg_shardings = tuple(a.sharding for a in arg_shapes)
     result_shardings = tuple(r.sharding for r in result_shapes)
-    return mesh, run, result_shardings, arg_shardings
+    if not sums:
+      return mesh, run, result_shardings, arg_shardings
+    # Mesh axes along which each summed factor is split (read off the operands' shardings).
+    axes_of = {}
+    for factors, sharding in zip(operands, arg_shardings):
+      spec = tuple(sharding.spec) + (None,) * (len(factors) - len(sharding.spec))
+      for f, entry in zip(factors, spec):
+        if entry is not None and not _replicated(f):
+          axes_of.setdefault(f, tuple(entry) if isinstance(entry, tuple) else (entry,))
+
+    def run_and_sum(*xs):
+      outs = list(run(*xs))
+      for i, factors in sums.items():
+        axes = tuple(a for f in factors for a in axes_of.get(f, ()))
+        if axes:
+          outs[i] = jax.lax.psum(outs[i], axes)
+      return tuple(outs)
+    return mesh, run_and_sum, result_shardings, arg_shardings
 
   call = custom_partitioning(run)
   call.def_partition(partition=partition, sharding_rule=text,

@@ -24,11 +24,15 @@ The primitive `transit_p` is defined as jaxlib defines its primitives:
   exact derivatives computed by the same kernel pass;
 * abstract evaluation, one lowering per platform (`jaxext_transit[_grad]_<f32|f64>`), sharded
   along the points;
-* a JVP that calls the `grad=True` form (first derivatives from the kernel; reverse mode by
-  transposition); the JVP of the `grad=True` form (second derivatives: `jax.hessian`) differentiates
-  the same model written with `jaxext.kepler` and `jaxext.limb_dark_flux` (`_unfused_flux`), whose
-  own derivatives are kernels too;
-* a batching rule (batch axes moved to the front; parameters broadcast where needed).
+* first derivatives from the kernel in three forms, none writing a per-point array of
+  derivatives unless asked: `transit_lin_p` (the JVP: the flux's tangent), its transpose
+  `transit_vjp_p` (cotangent sums per light curve, in fixed blocks: deterministic), and
+  `grad=True` (per-point derivatives; used when only the tangents or cotangents are batched, as
+  in jacfwd/jacrev, so that the kernel runs once for all of them);
+* second derivatives (`jax.hessian`): the JVPs of those forms differentiate the same model written
+  with `jaxext.kepler` and `jaxext.limb_dark_flux` (`_unfused_flux`), whose own derivatives are
+  kernels too;
+* batching rules (batch axes moved to the front; parameters broadcast where needed).
 """
 
 from __future__ import annotations
@@ -56,6 +60,14 @@ NUM_PARAMS = 10
 
 transit_p = Primitive("jaxext_transit")
 transit_p.multiple_results = True
+# Forward and reverse mode of the same kernel, with nothing per point but the tangent (or the
+# cotangent of t): (t, q, u, tt, tq, tu) -> tangent[S]; (t, q, u, ct) -> (ct_t, ct_q, ct_u).
+transit_lin_p = Primitive("jaxext_transit_lin")
+transit_lin_p.multiple_results = True
+transit_vjp_p = Primitive("jaxext_transit_vjp")
+transit_vjp_p.multiple_results = True
+# Points per block of the reverse-mode kernel's partial sums (summed in order: deterministic).
+VJP_BLOCK = 4096
 
 
 def _safe_sqrt(x):
@@ -319,27 +331,195 @@ def _jvp(primals, tangents, *, grad, oversample):
     tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
     return jax.jvp(functools.partial(_unfused_with_derivatives, oversample=oversample),
                    primals, tangents)
-  dt, dq, du = tangents
-  flux, dflux_dq, dflux_du = transit_p.bind(t, q, u, grad=True, oversample=oversample)
-  out = jnp.zeros_like(flux)
-  if not compat.is_zero_tangent(dt):
-    out = out - dflux_dq[..., T0] * dt  # the flux depends on t - t0
-  if not compat.is_zero_tangent(dq):
-    out = out + jnp.sum(dflux_dq * _per_point(dq, t.ndim), axis=-1)
-  if not compat.is_zero_tangent(du):
-    out = out + jnp.sum(dflux_du * _per_point(du, t.ndim), axis=-1)
+  (flux,) = transit_p.bind(t, q, u, grad=False, oversample=oversample)
+  tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
+  (out,) = transit_lin_p.bind(t, q, u, *tangents, oversample=oversample)
   return (flux,), (out,)
 
 
 compat.register_jvp(transit_p, _jvp)
 
 
-def _batch(args, dims, *, grad, oversample):
+def _broadcast_batch(args, dims):
   size = compat.batch_size(args, dims)
-  t, q, u = (compat.batch_axis_to_front(x, d, size) if compat.is_mapped(d)
-             else jnp.broadcast_to(x, (size,) + x.shape) for x, d in zip(args, dims))
-  outs = transit_p.bind(t, q, u, grad=grad, oversample=oversample)
+  return [compat.batch_axis_to_front(x, d, size) if compat.is_mapped(d)
+          else jnp.broadcast_to(x, (size,) + x.shape) for x, d in zip(args, dims)]
+
+
+def _batch(args, dims, *, grad, oversample):
+  outs = transit_p.bind(*_broadcast_batch(args, dims), grad=grad, oversample=oversample)
   return outs, (0,) * len(outs)
 
 
 compat.register_batching(transit_p, _batch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward mode (transit_lin_p) and reverse mode (transit_vjp_p).
+
+
+def _lin_abstract_eval(t, q, u, tt, tq, tu, *, oversample):
+  _abstract_eval(t, q, u, grad=False, oversample=oversample)
+  if (tt.shape, tq.shape, tu.shape) != (t.shape, q.shape, u.shape) or \
+      {tt.dtype, tq.dtype, tu.dtype} != {t.dtype}:
+    raise TypeError("transit_lin_p: tangents must have the shapes and dtype of t, q and u")
+  return (jax.core.ShapedArray(t.shape, t.dtype),)
+
+
+def _vjp_abstract_eval(t, q, u, ct, *, oversample):
+  _abstract_eval(t, q, u, grad=False, oversample=oversample)
+  if ct.shape != t.shape or ct.dtype != t.dtype:
+    raise TypeError("transit_vjp_p: the cotangent must have the shape and dtype of t")
+  return (jax.core.ShapedArray(t.shape, t.dtype), jax.core.ShapedArray(q.shape, q.dtype),
+          jax.core.ShapedArray(u.shape, u.dtype))
+
+
+transit_lin_p.def_abstract_eval(_lin_abstract_eval)
+transit_vjp_p.def_abstract_eval(_vjp_abstract_eval)
+_eager.def_jit_impl(transit_lin_p)
+_eager.def_jit_impl(transit_vjp_p)
+
+
+def _check_platform(platform):
+  if platform not in _ffi.register_all():
+    raise NotImplementedError(
+        f"jaxext.transit_light_curve has no {platform} kernel in this build of jaxext "
+        f"(available: {', '.join(_ffi.register_all())})")
+
+
+def _suffix(dtype):
+  return {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}[np.dtype(dtype)]
+
+
+def _lin_lowering(ctx, *args, oversample, platform):
+  _check_platform(platform)
+  aval_t, aval_q = ctx.avals_in[:2]
+  pts = _sharding.elementwise(aval_t.ndim)
+  rows = pts[:aval_q.ndim - 1]
+  like = lambda t, *_: (jax.ShapeDtypeStruct(t.shape, t.dtype),)
+  operands = [pts, rows + ("_q",), rows + ("_coef",)] * 2
+  return _sharding.lower(
+      ctx, args,
+      _sharding.ffi_per_shard("jaxext_transit_lin_" + _suffix(aval_t.dtype), like,
+                              oversample=np.int64(oversample)),
+      operands, [pts])
+
+
+def _vjp_lowering(ctx, t, q, u, ct, *, oversample, platform):
+  _check_platform(platform)
+  aval_t, aval_q = ctx.avals_in[:2]
+  pts = _sharding.elementwise(aval_t.ndim)
+  nrows = aval_q.ndim - 1
+  rows = pts[:nrows]
+
+  def per_shard(t, q, u, ct):
+    per_row = int(np.prod(t.shape[nrows:], dtype=np.int64))
+    blocks = -(-per_row // VJP_BLOCK) if t.size else 0
+    lead = t.shape[:nrows]
+    ct_t, sq, su = jax.ffi.ffi_call(
+        "jaxext_transit_vjp_" + _suffix(t.dtype),
+        (jax.ShapeDtypeStruct(t.shape, t.dtype),
+         jax.ShapeDtypeStruct(lead + (blocks, NUM_PARAMS), t.dtype),
+         jax.ShapeDtypeStruct(lead + (blocks, u.shape[-1]), t.dtype)))(
+             t, q, u, ct, oversample=np.int64(oversample), block=np.int64(VJP_BLOCK))
+    return ct_t, jnp.sum(sq, axis=-2), jnp.sum(su, axis=-2)
+
+  # The sums run over the points of each light curve: where those are split across devices,
+  # each device sums its own and the results are added across the mesh (see _sharding.lower).
+  return _sharding.lower(ctx, (t, q, u, ct), per_shard,
+                         [pts, rows + ("_q",), rows + ("_coef",), pts],
+                         [pts, rows + ("_q",), rows + ("_coef",)],
+                         sums={1: pts[nrows:], 2: pts[nrows:]})
+
+
+for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
+  compat.register_lowering(transit_lin_p, functools.partial(_lin_lowering, platform=_platform),
+                           _name, partitioned=True)
+  compat.register_lowering(transit_vjp_p, functools.partial(_vjp_lowering, platform=_platform),
+                           _name, partitioned=True)
+
+
+def _unfused_lin(t, q, u, tt, tq, tu, *, oversample):
+  fn = lambda t, q, u: _unfused_flux(t, q, u, oversample)
+  return (jax.jvp(fn, (t, q, u), (tt, tq, tu))[1],)
+
+
+def _unfused_vjp(t, q, u, ct, *, oversample):
+  return jax.vjp(lambda t, q, u: _unfused_flux(t, q, u, oversample), t, q, u)[1](ct)
+
+
+def _lin_jvp(primals, tangents, *, oversample):
+  tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
+  return jax.jvp(functools.partial(_unfused_lin, oversample=oversample), primals, tangents)
+
+
+def _vjp_jvp(primals, tangents, *, oversample):
+  tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
+  return jax.jvp(functools.partial(_unfused_vjp, oversample=oversample), primals, tangents)
+
+
+compat.register_jvp(transit_lin_p, _lin_jvp)
+compat.register_jvp(transit_vjp_p, _vjp_jvp)
+
+
+def _lin_transpose(cts, t, q, u, tt, tq, tu, *, oversample):
+  (ct,) = cts
+  if any(compat.is_undefined_primal(x) for x in (t, q, u)):
+    raise NotImplementedError("transit_lin_p is linear in its tangents only")
+  ct = compat.instantiate_zeros(ct)
+  ct_t, ct_q, ct_u = transit_vjp_p.bind(t, q, u, ct, oversample=oversample)
+  pick = lambda x, c: c if compat.is_undefined_primal(x) else None
+  return None, None, None, pick(tt, ct_t), pick(tq, ct_q), pick(tu, ct_u)
+
+
+def _vjp_transpose(cts, t, q, u, ct, *, oversample):
+  if any(compat.is_undefined_primal(x) for x in (t, q, u)):
+    raise NotImplementedError("transit_vjp_p is linear in its cotangent only")
+  cts = tuple(compat.instantiate_zeros(c) for c in cts)
+  (out,) = transit_lin_p.bind(t, q, u, *cts, oversample=oversample)
+  return None, None, None, out
+
+
+compat.register_transpose(transit_lin_p, _lin_transpose)
+compat.register_transpose(transit_vjp_p, _vjp_transpose)
+
+
+def _only_linear_batched(dims):
+  return not any(compat.is_mapped(d) for d in dims[:3])
+
+
+def _lin_batch(args, dims, *, oversample):
+  if _only_linear_batched(dims):
+    # Many tangents of one light-curve set (jacfwd): per-point derivatives once, contracted with
+    # each tangent.
+    t, q, u = args[:3]
+    size = compat.batch_size(args, dims)
+    tt, tq, tu = (compat.batch_axis_to_front(x, d, size) if compat.is_mapped(d) else x[None]
+                  for x, d in zip(args[3:], dims[3:]))
+    _, dq, du = transit_p.bind(t, q, u, grad=True, oversample=oversample)
+    out = (-dq[..., T0] * tt + jnp.sum(dq * _per_point(tq, t.ndim + 1), axis=-1)
+           + jnp.sum(du * _per_point(tu, t.ndim + 1), axis=-1))
+    return (jnp.broadcast_to(out, (size,) + t.shape),), (0,)
+  outs = transit_lin_p.bind(*_broadcast_batch(args, dims), oversample=oversample)
+  return outs, (0,)
+
+
+def _vjp_batch(args, dims, *, oversample):
+  if _only_linear_batched(dims):
+    # Many cotangents of one light-curve set (jacrev): per-point derivatives once.
+    t, q, u, ct = args
+    ct = compat.batch_axis_to_front(ct, dims[3], ct.shape[dims[3]])
+    _, dq, du = transit_p.bind(t, q, u, grad=True, oversample=oversample)
+    # Contract over the points of each light curve (no batch x points x params intermediate).
+    rows = "abcdefgh"[:q.ndim - 1]
+    pts = "ijklmnop"[:t.ndim - len(rows)]
+    spec = f"z{rows}{pts},{rows}{pts}y->z{rows}y"
+    ct_q = jnp.einsum(spec, ct, dq, precision=jax.lax.Precision.HIGHEST)
+    ct_u = jnp.einsum(spec, ct, du, precision=jax.lax.Precision.HIGHEST)
+    return (-ct * dq[..., T0], ct_q, ct_u), (0, 0, 0)
+  outs = transit_vjp_p.bind(*_broadcast_batch(args, dims), oversample=oversample)
+  return outs, (0, 0, 0)
+
+
+compat.register_batching(transit_lin_p, _lin_batch)
+compat.register_batching(transit_vjp_p, _vjp_batch)

@@ -33,6 +33,10 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitGradCpuF32);
     d["jaxext_transit_grad_f64"] =
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitGradCpuF64);
+    d["jaxext_transit_lin_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitLinCpuF32);
+    d["jaxext_transit_lin_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitLinCpuF64);
+    d["jaxext_transit_vjp_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitVjpCpuF32);
+    d["jaxext_transit_vjp_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitVjpCpuF64);
     d["jaxext_numba_call"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextNumbaCallCpu);
     d["jaxext_dop853"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextDop853Cpu);
     d["jaxext_sph"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSphCpu);

@@ -30,12 +30,66 @@ constexpr int kQ = transit::kNumParams;
 #define JAXEXT_CPU_CLONES
 #endif
 
+// What a pass does with each point's flux and derivatives (already averaged over its
+// sub-exposures): the four kernel modes. `dq`, `du` are null for ValueSink (kGrad false).
+template <typename T>
+struct ValueSink {
+  static constexpr bool kGrad = false;
+  T* flux;
+  void Point(int64_t p, int64_t, double f, const double*, const double*, int) {
+    flux[p] = static_cast<T>(f);
+  }
+};
+
+// Per-point derivatives dflux/dq[P, 10], dflux/du[P, n].
+template <typename T>
+struct GradSink {
+  static constexpr bool kGrad = true;
+  T *flux, *dq, *du;
+  void Point(int64_t p, int64_t, double f, const double* fq, const double* fu, int order) {
+    flux[p] = static_cast<T>(f);
+    for (int m = 0; m < kQ; ++m) dq[p * kQ + m] = static_cast<T>(fq[m]);
+    for (int m = 0; m < order; ++m) du[p * order + m] = static_cast<T>(fu[m]);
+  }
+};
+
+// Forward mode: the flux's tangent for tangents tt[P] (times), tq[G, 10], tu[G, n].
+template <typename T>
+struct LinSink {
+  static constexpr bool kGrad = true;
+  const T *tt, *tq, *tu;
+  T* out;
+  void Point(int64_t p, int64_t g, double, const double* fq, const double* fu, int order) {
+    double acc = -fq[transit::kT0] * static_cast<double>(tt[p]);  // the flux depends on t - t0
+    for (int m = 0; m < kQ; ++m) acc += fq[m] * static_cast<double>(tq[g * kQ + m]);
+    for (int m = 0; m < order; ++m) acc += fu[m] * static_cast<double>(tu[g * order + m]);
+    out[p] = static_cast<T>(acc);
+  }
+};
+
+// Reverse mode: for a cotangent ct[P], ct_t[P] and, per block of points, the sums of
+// ct * dflux/dq and ct * dflux/du (summed over the blocks in order by the caller).
+template <typename T>
+struct VjpSink {
+  static constexpr bool kGrad = true;
+  const T* ct;
+  T* ct_t;
+  double sq[kQ], su[limbdark::kMaxOrder];
+  void Point(int64_t p, int64_t, double, const double* fq, const double* fu, int order) {
+    const double c = static_cast<double>(ct[p]);
+    ct_t[p] = static_cast<T>(-c * fq[transit::kT0]);
+    for (int m = 0; m < kQ; ++m) sq[m] += c * fq[m];
+    for (int m = 0; m < order; ++m) su[m] += c * fu[m];
+  }
+};
+
 // Points [begin, end) of light curves sharing per_group points each. Inlined into the
 // target_clones wrappers below, so each gets its own vector code.
-template <bool kGrad, typename T>
+template <typename Sink, typename T>
 inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, const T* u,
                                                        const TransitShape& shape, int64_t begin,
-                                                       int64_t end, T* flux, T* dq, T* du) {
+                                                       int64_t end, Sink& sink) {
+  constexpr bool kGrad = Sink::kGrad;
   const int order = shape.order;
   const int K = shape.oversample;
   const double inv_k = 1.0 / K;
@@ -123,11 +177,11 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
           for (int m = 0; m < order; ++m) acc_u[m] += fu[j * order + m];
         }
         if (k == K - 1) {
-          flux[p] = static_cast<T>(acc_f * inv_k);
-          if (kGrad) {
-            for (int m = 0; m < kQ; ++m) dq[p * kQ + m] = static_cast<T>(acc_q[m] * inv_k);
-            for (int m = 0; m < order; ++m) du[p * order + m] = static_cast<T>(acc_u[m] * inv_k);
+          if (kGrad && K > 1) {
+            for (int m = 0; m < kQ; ++m) acc_q[m] *= inv_k;
+            for (int m = 0; m < order; ++m) acc_u[m] *= inv_k;
           }
+          sink.Point(p, g, acc_f * inv_k, acc_q, acc_u, order);
         }
       }
     }
@@ -135,26 +189,21 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
   }
 }
 
-JAXEXT_CPU_CLONES void LoopF64(const double* t, const double* q, const double* u,
-                               const TransitShape& shape, int64_t begin, int64_t end,
-                               double* flux) {
-  TransitLoop<false, double>(t, q, u, shape, begin, end, flux, nullptr, nullptr);
-}
-JAXEXT_CPU_CLONES void LoopF32(const float* t, const float* q, const float* u,
-                               const TransitShape& shape, int64_t begin, int64_t end,
-                               float* flux) {
-  TransitLoop<false, float>(t, q, u, shape, begin, end, flux, nullptr, nullptr);
-}
-JAXEXT_CPU_CLONES void LoopGradF64(const double* t, const double* q, const double* u,
-                                   const TransitShape& shape, int64_t begin, int64_t end,
-                                   double* flux, double* dq, double* du) {
-  TransitLoop<true, double>(t, q, u, shape, begin, end, flux, dq, du);
-}
-JAXEXT_CPU_CLONES void LoopGradF32(const float* t, const float* q, const float* u,
-                                   const TransitShape& shape, int64_t begin, int64_t end,
-                                   float* flux, float* dq, float* du) {
-  TransitLoop<true, float>(t, q, u, shape, begin, end, flux, dq, du);
-}
+// One clone set per (mode, dtype).
+#define JAXEXT_TRANSIT_LOOP(NAME, SINK, T)                                                   \
+  JAXEXT_CPU_CLONES void NAME(const T* t, const T* q, const T* u, const TransitShape& shape,  \
+                              int64_t begin, int64_t end, SINK<T>& sink) {                   \
+    TransitLoop<SINK<T>, T>(t, q, u, shape, begin, end, sink);                               \
+  }
+JAXEXT_TRANSIT_LOOP(Loop, ValueSink, double)
+JAXEXT_TRANSIT_LOOP(Loop, ValueSink, float)
+JAXEXT_TRANSIT_LOOP(Loop, GradSink, double)
+JAXEXT_TRANSIT_LOOP(Loop, GradSink, float)
+JAXEXT_TRANSIT_LOOP(Loop, LinSink, double)
+JAXEXT_TRANSIT_LOOP(Loop, LinSink, float)
+JAXEXT_TRANSIT_LOOP(Loop, VjpSink, double)
+JAXEXT_TRANSIT_LOOP(Loop, VjpSink, float)
+#undef JAXEXT_TRANSIT_LOOP
 
 template <ffi::DataType dtype>
 ffi::Future TransitImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buffer<dtype> q,
@@ -166,17 +215,11 @@ ffi::Future TransitImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buffer<
     return ErrorFuture(std::move(err));
   }
   using T = ffi::NativeType<dtype>;
-  const T* pt = t.typed_data();
-  const T* pq = q.typed_data();
-  const T* pu = u.typed_data();
-  T* pf = flux->typed_data();
+  const T *pt = t.typed_data(), *pq = q.typed_data(), *pu = u.typed_data();
+  ValueSink<T> sink{flux->typed_data()};
   const int64_t grain = std::max<int64_t>(1, kGrain / shape.oversample);
-  return ParallelFor(pool, shape.points, grain, [=](int64_t begin, int64_t end) {
-    if constexpr (std::is_same<T, double>::value) {
-      LoopF64(pt, pq, pu, shape, begin, end, pf);
-    } else {
-      LoopF32(pt, pq, pu, shape, begin, end, pf);
-    }
+  return ParallelFor(pool, shape.points, grain, [=](int64_t begin, int64_t end) mutable {
+    Loop(pt, pq, pu, shape, begin, end, sink);
   });
 }
 
@@ -193,18 +236,82 @@ ffi::Future TransitGradImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buf
     return ErrorFuture(std::move(err));
   }
   using T = ffi::NativeType<dtype>;
-  const T* pt = t.typed_data();
-  const T* pq = q.typed_data();
-  const T* pu = u.typed_data();
-  T* pf = flux->typed_data();
-  T* pdq = dq->typed_data();
-  T* pdu = du->typed_data();
+  const T *pt = t.typed_data(), *pq = q.typed_data(), *pu = u.typed_data();
+  GradSink<T> sink{flux->typed_data(), dq->typed_data(), du->typed_data()};
   const int64_t grain = std::max<int64_t>(1, kGrain / (4 * shape.oversample));
-  return ParallelFor(pool, shape.points, grain, [=](int64_t begin, int64_t end) {
-    if constexpr (std::is_same<T, double>::value) {
-      LoopGradF64(pt, pq, pu, shape, begin, end, pf, pdq, pdu);
-    } else {
-      LoopGradF32(pt, pq, pu, shape, begin, end, pf, pdq, pdu);
+  return ParallelFor(pool, shape.points, grain, [=](int64_t begin, int64_t end) mutable {
+    Loop(pt, pq, pu, shape, begin, end, sink);
+  });
+}
+
+template <ffi::DataType dtype>
+ffi::Future TransitLinImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buffer<dtype> q,
+                           ffi::Buffer<dtype> u, ffi::Buffer<dtype> tt, ffi::Buffer<dtype> tq,
+                           ffi::Buffer<dtype> tu, ffi::ResultBuffer<dtype> out,
+                           int64_t oversample) {
+  TransitShape shape;
+  if (ffi::Error err = GetTransitShape(t.element_count(), q.dimensions(), u.dimensions(),
+                                       oversample, out->element_count(), nullptr, &shape);
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  if (tt.element_count() != t.element_count() || tq.element_count() != q.element_count() ||
+      tu.element_count() != u.element_count()) {
+    return ErrorFuture(ffi::Error::InvalidArgument(
+        "jaxext transit: tangents must have the shapes of t, q and u"));
+  }
+  using T = ffi::NativeType<dtype>;
+  const T *pt = t.typed_data(), *pq = q.typed_data(), *pu = u.typed_data();
+  LinSink<T> sink{tt.typed_data(), tq.typed_data(), tu.typed_data(), out->typed_data()};
+  const int64_t grain = std::max<int64_t>(1, kGrain / (4 * shape.oversample));
+  return ParallelFor(pool, shape.points, grain, [=](int64_t begin, int64_t end) mutable {
+    Loop(pt, pq, pu, shape, begin, end, sink);
+  });
+}
+
+// ct_q[G, B, 10] and ct_u[G, B, n] hold per-block sums, block b of light curve g covering its
+// points [b * block, (b + 1) * block): the same blocks whatever the thread count, so the caller's
+// sum over them is deterministic.
+template <ffi::DataType dtype>
+ffi::Future TransitVjpImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buffer<dtype> q,
+                           ffi::Buffer<dtype> u, ffi::Buffer<dtype> ct,
+                           ffi::ResultBuffer<dtype> ct_t, ffi::ResultBuffer<dtype> ct_q,
+                           ffi::ResultBuffer<dtype> ct_u, int64_t oversample, int64_t block) {
+  TransitShape shape;
+  if (ffi::Error err = GetTransitShape(t.element_count(), q.dimensions(), u.dimensions(),
+                                       oversample, ct_t->element_count(), nullptr, &shape);
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  if (block < 1) {
+    return ErrorFuture(ffi::Error::InvalidArgument("jaxext transit: block must be positive"));
+  }
+  const int64_t blocks = shape.points == 0 ? 0 : (shape.per_group + block - 1) / block;
+  const int64_t units = shape.groups * blocks;
+  if (ct.element_count() != t.element_count() ||
+      ct_q->element_count() != static_cast<size_t>(units * kQ) ||
+      ct_u->element_count() != static_cast<size_t>(units * shape.order)) {
+    return ErrorFuture(ffi::Error::InvalidArgument(
+        "jaxext transit: the cotangent or the block sums have the wrong size"));
+  }
+  using T = ffi::NativeType<dtype>;
+  const T *pt = t.typed_data(), *pq = q.typed_data(), *pu = u.typed_data();
+  const T* pct = ct.typed_data();
+  T *pct_t = ct_t->typed_data(), *psq = ct_q->typed_data(), *psu = ct_u->typed_data();
+  const int64_t grain = std::max<int64_t>(1, kGrain / (4 * shape.oversample * block));
+  return ParallelFor(pool, units, grain, [=](int64_t first, int64_t last) {
+    for (int64_t unit = first; unit < last; ++unit) {
+      const int64_t g = unit / blocks, b = unit - g * blocks;
+      const int64_t begin = g * shape.per_group + b * block;
+      const int64_t end = std::min((g + 1) * shape.per_group, begin + block);
+      VjpSink<T> sink{pct, pct_t, {}, {}};
+      for (int m = 0; m < kQ; ++m) sink.sq[m] = 0.0;
+      for (int m = 0; m < shape.order; ++m) sink.su[m] = 0.0;
+      Loop(pt, pq, pu, shape, begin, end, sink);
+      for (int m = 0; m < kQ; ++m) psq[unit * kQ + m] = static_cast<T>(sink.sq[m]);
+      for (int m = 0; m < shape.order; ++m) {
+        psu[unit * shape.order + m] = static_cast<T>(sink.su[m]);
+      }
     }
   });
 }
@@ -216,23 +323,60 @@ ffi::Future TransitGradImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buf
       .Ctx<ffi::ThreadPool>()               \
       .Arg<ffi::Buffer<ffi::DataType::T>>() \
       .Arg<ffi::Buffer<ffi::DataType::T>>() \
-      .Arg<ffi::Buffer<ffi::DataType::T>>() \
-      .Ret<ffi::Buffer<ffi::DataType::T>>()
+      .Arg<ffi::Buffer<ffi::DataType::T>>()
+#define JAXEXT_BUF(T) ffi::Buffer<ffi::DataType::T>
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitCpuF32, TransitImpl<ffi::DataType::F32>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F32).Attr<int64_t>("oversample"));
+                              JAXEXT_TRANSIT_CPU_BINDING(F32)
+                                  .Ret<JAXEXT_BUF(F32)>()
+                                  .Attr<int64_t>("oversample"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitCpuF64, TransitImpl<ffi::DataType::F64>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F64).Attr<int64_t>("oversample"));
+                              JAXEXT_TRANSIT_CPU_BINDING(F64)
+                                  .Ret<JAXEXT_BUF(F64)>()
+                                  .Attr<int64_t>("oversample"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitGradCpuF32, TransitGradImpl<ffi::DataType::F32>,
                               JAXEXT_TRANSIT_CPU_BINDING(F32)
-                                  .Ret<ffi::Buffer<ffi::DataType::F32>>()
-                                  .Ret<ffi::Buffer<ffi::DataType::F32>>()
+                                  .Ret<JAXEXT_BUF(F32)>()
+                                  .Ret<JAXEXT_BUF(F32)>()
+                                  .Ret<JAXEXT_BUF(F32)>()
                                   .Attr<int64_t>("oversample"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitGradCpuF64, TransitGradImpl<ffi::DataType::F64>,
                               JAXEXT_TRANSIT_CPU_BINDING(F64)
-                                  .Ret<ffi::Buffer<ffi::DataType::F64>>()
-                                  .Ret<ffi::Buffer<ffi::DataType::F64>>()
+                                  .Ret<JAXEXT_BUF(F64)>()
+                                  .Ret<JAXEXT_BUF(F64)>()
+                                  .Ret<JAXEXT_BUF(F64)>()
                                   .Attr<int64_t>("oversample"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitLinCpuF32, TransitLinImpl<ffi::DataType::F32>,
+                              JAXEXT_TRANSIT_CPU_BINDING(F32)
+                                  .Arg<JAXEXT_BUF(F32)>()
+                                  .Arg<JAXEXT_BUF(F32)>()
+                                  .Arg<JAXEXT_BUF(F32)>()
+                                  .Ret<JAXEXT_BUF(F32)>()
+                                  .Attr<int64_t>("oversample"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitLinCpuF64, TransitLinImpl<ffi::DataType::F64>,
+                              JAXEXT_TRANSIT_CPU_BINDING(F64)
+                                  .Arg<JAXEXT_BUF(F64)>()
+                                  .Arg<JAXEXT_BUF(F64)>()
+                                  .Arg<JAXEXT_BUF(F64)>()
+                                  .Ret<JAXEXT_BUF(F64)>()
+                                  .Attr<int64_t>("oversample"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitVjpCpuF32, TransitVjpImpl<ffi::DataType::F32>,
+                              JAXEXT_TRANSIT_CPU_BINDING(F32)
+                                  .Arg<JAXEXT_BUF(F32)>()
+                                  .Ret<JAXEXT_BUF(F32)>()
+                                  .Ret<JAXEXT_BUF(F32)>()
+                                  .Ret<JAXEXT_BUF(F32)>()
+                                  .Attr<int64_t>("oversample")
+                                  .Attr<int64_t>("block"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitVjpCpuF64, TransitVjpImpl<ffi::DataType::F64>,
+                              JAXEXT_TRANSIT_CPU_BINDING(F64)
+                                  .Arg<JAXEXT_BUF(F64)>()
+                                  .Ret<JAXEXT_BUF(F64)>()
+                                  .Ret<JAXEXT_BUF(F64)>()
+                                  .Ret<JAXEXT_BUF(F64)>()
+                                  .Attr<int64_t>("oversample")
+                                  .Attr<int64_t>("block"));
+#undef JAXEXT_BUF
 
 }  // namespace cpu
 }  // namespace jaxext

@@ -14,6 +14,13 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTransitCpuF64);
 // Same inputs -> (flux[P], dflux/dq[P, 10], dflux/du[P, n]).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTransitGradCpuF32);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTransitGradCpuF64);
+// Forward mode: (t, q, u, tt[P], tq[G, 10], tu[G, n]) -> the flux's tangent [P].
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTransitLinCpuF32);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTransitLinCpuF64);
+// Reverse mode: (t, q, u, ct[P]; oversample, block) -> (ct_t[P], ct_q[G, B, 10], ct_u[G, B, n]),
+// B = ceil((P / G) / block) blocks of sums per light curve (the caller sums them).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTransitVjpCpuF32);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTransitVjpCpuF64);
 
 }  // namespace cpu
 }  // namespace jaxext

@@ -30,6 +30,10 @@ PYBIND11_MODULE(_cuda_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitGradCudaF32);
     d["jaxext_transit_grad_f64"] =
         jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitGradCudaF64);
+    d["jaxext_transit_lin_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitLinCudaF32);
+    d["jaxext_transit_lin_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitLinCudaF64);
+    d["jaxext_transit_vjp_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitVjpCudaF32);
+    d["jaxext_transit_vjp_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitVjpCudaF64);
     d["jaxext_dop853"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextDop853Cuda);
     // jaxext.numba_cuda_kernel: loads its module before any graph capture, then launches.
     py::dict numba;
