@@ -46,6 +46,8 @@ _SYMBOLS = {
     "jaxext_limbdark_f64": "JaxextLimbdark{}F64",
     "jaxext_limbdark_grad_f32": "JaxextLimbdarkGrad{}F32",
     "jaxext_limbdark_grad_f64": "JaxextLimbdarkGrad{}F64",
+    "jaxext_limbdark_hess_f32": "JaxextLimbdarkHess{}F32",
+    "jaxext_limbdark_hess_f64": "JaxextLimbdarkHess{}F64",
     "jaxext_transit_f32": "JaxextTransit{}F32",
     "jaxext_transit_f64": "JaxextTransit{}F64",
     "jaxext_transit_grad_f32": "JaxextTransitGrad{}F32",

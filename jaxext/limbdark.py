@@ -5,18 +5,25 @@ projected distance `b` from the star's centre. The limb darkening law is the pol
     I(mu) / I(1) = 1 - sum_{j=1..n} u_j (1 - mu)^j,
 of any order n <= 16 (quadratic: u = (u1, u2)). The result is the visible flux divided by the
 unocculted flux, computed analytically (closed forms and recurrences for the elliptic-integral
-terms; see jaxext/kernels/limbdark.h), to ~1e-15 absolute in float64.
+terms; see jaxext/kernels/limbdark.h), to ~1e-15 absolute in float64. First and second derivatives
+in b, r and u are analytic too (jax.grad, jax.hessian, forward or reverse mode in any
+combination); third derivatives are not implemented.
 
 The primitive `limbdark_p` is defined as jaxlib defines its LAPACK/cuSOLVER primitives:
 
 * operands b[S], r[S] or r[] (shared radius), same dtype, and u[L + (n,)] where L is a leading
   prefix of S
   (point i of the row-major flattening uses row i // (size(S) / size(L)) of u);
-* parameter `grad`: False -> (flux[S],); True -> (flux, dflux/db, dflux/dr, dflux/du[S + (n,)]),
-  all computed analytically by the kernel;
-* abstract evaluation, one lowering per platform family (`jaxext_limbdark[_grad]_<f32|f64>`);
-* a JVP that calls the `grad=True` form and contracts its derivatives with the tangents (reverse
-  mode follows by transposition; second derivatives are not available);
+* parameter `grad`: False (0) -> (flux[S],); True (1) -> (flux, dflux/db, dflux/dr,
+  dflux/du[S + (n,)]); 2 -> those four, then d2flux/db2, d2flux/db dr, d2flux/dr2 [S] and
+  d2flux/db du, d2flux/dr du [S + (n,)]; all computed analytically by the kernel;
+* abstract evaluation, one lowering per platform family
+  (`jaxext_limbdark[_grad|_hess]_<f32|f64>`);
+* a JVP of each form that calls the next one and contracts its derivatives with the tangents
+  (reverse mode follows by transposition). The block d2flux/du2 needs no kernel output: the flux
+  is a ratio of two expressions linear in u, so d2F/du_j du_k = (Q_j dF/du_k + Q_k dF/du_j) / F0
+  with Q_j = 2 pi / ((j + 1)(j + 2)) and F0 = pi - sum_j u_j Q_j the unocculted flux. The `grad=2`
+  form has no JVP (third derivatives raise NotImplementedError);
 * a batching rule (batch dimensions moved to the front; u broadcast where needed).
 
 Out of the domain (b < 0, r <= 0, NaN) every output is NaN.
@@ -125,19 +132,29 @@ def _abstract_eval(b, r, u, *, grad):
   if tuple(b.shape[:len(lead)]) != tuple(lead):
     raise TypeError(f"limbdark_p: u's leading axes {list(lead)} must be a prefix of b's shape "
                     f"{list(b.shape)}")
-  out = jax.core.ShapedArray(b.shape, b.dtype)
+  if grad not in (0, 1, 2):
+    raise TypeError(f"limbdark_p: grad must be False, True or 2; got {grad!r}")
+  return _result_avals(b.shape, b.dtype, u.shape[-1], grad, jax.core.ShapedArray)
+
+
+def _result_avals(shape, dtype, order, grad, make):
+  """The results of the `grad` form: `make(shape, dtype)` for each."""
+  out = make(shape, dtype)
   if not grad:
     return (out,)
-  return (out, out, out, jax.core.ShapedArray(b.shape + (u.shape[-1],), b.dtype))
+  coef = make(tuple(shape) + (order,), dtype)
+  if grad == 1:
+    return (out, out, out, coef)
+  return (out, out, out, coef, out, out, out, coef, coef)
 
 
 limbdark_p.def_abstract_eval(_abstract_eval)
 _eager.def_jit_impl(limbdark_p)
 
 
-def _target_name(dtype, grad: bool) -> str:
+def _target_name(dtype, grad: int) -> str:
   suffix = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}[np.dtype(dtype)]
-  return ("jaxext_limbdark_grad_" if grad else "jaxext_limbdark_") + suffix
+  return ("jaxext_limbdark_", "jaxext_limbdark_grad_", "jaxext_limbdark_hess_")[grad] + suffix
 
 
 def _lowering(ctx, b, r, u, *, grad, platform):
@@ -152,13 +169,10 @@ def _lowering(ctx, b, r, u, *, grad, platform):
   coef = ("_coef",)
 
   def like(b, r, u):
-    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
-    if not grad:
-      return (out,)
-    return (out, out, out, jax.ShapeDtypeStruct(b.shape + (u.shape[-1],), b.dtype))
+    return _result_avals(b.shape, b.dtype, u.shape[-1], grad, jax.ShapeDtypeStruct)
 
   operands = [pts, pts if aval_r.ndim else (), pts[:aval_u.ndim - 1] + coef]
-  results = [pts] if not grad else [pts, pts, pts, pts + coef]
+  results = [pts + coef if len(a.shape) > aval_b.ndim else pts for a in ctx.avals_out]
   return _sharding.lower(ctx, (b, r, u),
                          _sharding.ffi_per_shard(_target_name(aval_b.dtype, grad), like),
                          operands, results)
@@ -171,23 +185,54 @@ compat.register_lowering(limbdark_p, functools.partial(_lowering, platform="CUDA
 
 
 def _jvp(primals, tangents, *, grad):
-  if grad:
+  if grad == 2:
     raise NotImplementedError(
-        "jaxext.limb_dark_flux: second derivatives are not implemented (the kernel provides "
-        "exact first derivatives)")
+        "jaxext.limb_dark_flux: third derivatives are not implemented (the kernel provides "
+        "exact first and second derivatives)")
   b, r, u = primals
   db, dr, du = tangents
-  flux, dfdb, dfdr, dfdu = limbdark_p.bind(b, r, u, grad=True)
-  out = jnp.zeros_like(flux)
-  if not compat.is_zero_tangent(db):
-    out = out + dfdb * db
-  if not compat.is_zero_tangent(dr):
-    out = out + dfdr * dr
-  if not compat.is_zero_tangent(du):
-    lead = u.shape[:-1]
-    du = du.reshape(lead + (1,) * (b.ndim - len(lead)) + (u.shape[-1],))
-    out = out + jnp.sum(dfdu * du, axis=-1)
-  return (flux,), (out,)
+  order = u.shape[-1]
+  lead = u.shape[:-1]
+  # u's leading axes are a prefix of the points' shape: the same arrays, shaped to broadcast
+  # against the points (`per_point`) or against the points and the coefficients (`per_coef`).
+  per_point = lambda x: x.reshape(lead + (1,) * (b.ndim - len(lead)))
+  per_coef = lambda x: x.reshape(lead + (1,) * (b.ndim - len(lead)) + (order,))
+  zero_b, zero_r, zero_u = (compat.is_zero_tangent(t) for t in (db, dr, du))
+
+  def contract(dx_db, dx_dr, dx_du):
+    """The tangent of a per-point output x from its derivatives (dx_du of shape S + (n,))."""
+    out = jnp.zeros_like(dx_db)
+    if not zero_b:
+      out = out + dx_db * db
+    if not zero_r:
+      out = out + dx_dr * dr
+    if not zero_u:
+      out = out + jnp.sum(dx_du * per_coef(du), axis=-1)
+    return out
+
+  if not grad:
+    flux, dfdb, dfdr, dfdu = limbdark_p.bind(b, r, u, grad=True)
+    return (flux,), (contract(dfdb, dfdr, dfdu),)
+  outs = limbdark_p.bind(b, r, u, grad=2)
+  flux, dfdb, dfdr, dfdu, hbb, hbr, hrr, hbu, hru = outs
+  t_flux = contract(dfdb, dfdr, dfdu)
+  t_dfdb = contract(hbb, hbr, hbu)
+  t_dfdr = contract(hbr, hrr, hru)
+  # d(dF/du_j) = d2F/du_j db db + d2F/du_j dr dr + sum_k d2F/du_j du_k du_k, the last from
+  # d2F/du_j du_k = (Q_j dF/du_k + Q_k dF/du_j) / F0.
+  t_dfdu = jnp.zeros_like(dfdu)
+  if not zero_b:
+    t_dfdu = t_dfdu + hbu * jnp.expand_dims(db, -1)
+  if not zero_r:
+    t_dfdu = t_dfdu + hru * jnp.expand_dims(dr, -1)
+  if not zero_u and order:
+    j = np.arange(1, order + 1)
+    q = jnp.asarray(2 * np.pi / ((j + 1) * (j + 2)), dfdu.dtype)
+    total = np.pi - u @ q  # F0, the unocculted flux
+    fu_du = jnp.sum(dfdu * per_coef(du), axis=-1, keepdims=True)
+    q_du = per_point(du @ q)[..., None]
+    t_dfdu = t_dfdu + (q * fu_du + dfdu * q_du) / per_point(total)[..., None]
+  return outs[:4], (t_flux, t_dfdb, t_dfdr, t_dfdu)
 
 
 compat.register_jvp(limbdark_p, _jvp)

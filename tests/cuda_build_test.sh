@@ -13,8 +13,11 @@ grep -q "sm_90" <<<"$ptx" || { echo "FAIL: no compute_90 PTX in $module"; exit 1
 exported=$(nm -D --defined-only "$handlers")
 echo "$exported"
 for sym in JaxextKeplerCudaF32 JaxextKeplerCudaF64 JaxextLimbdarkCudaF32 JaxextLimbdarkCudaF64 \
-    JaxextLimbdarkGradCudaF32 JaxextLimbdarkGradCudaF64 JaxextNumbaCallCudaInitialize \
-    JaxextNumbaCallCuda JaxextDop853Cuda; do
+    JaxextLimbdarkGradCudaF32 JaxextLimbdarkGradCudaF64 JaxextLimbdarkHessCudaF32 \
+    JaxextLimbdarkHessCudaF64 JaxextNumbaCallCudaInitialize \
+    JaxextNumbaCallCuda JaxextDop853Cuda JaxextTransitCudaF32 JaxextTransitCudaF64 \
+    JaxextTransitGradCudaF32 JaxextTransitGradCudaF64 JaxextTransitLinCudaF32 \
+    JaxextTransitLinCudaF64 JaxextTransitVjpCudaF32 JaxextTransitVjpCudaF64; do
   grep -q " T $sym\$" <<<"$exported" || { echo "FAIL: $handlers does not export $sym"; exit 1; }
 done
 # The CUDA driver is opened at run time (numba_cuda.cc), never a link-time dependency: the same

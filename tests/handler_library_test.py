@@ -17,9 +17,10 @@ import numpy as np
 import jaxext, jaxext._ffi as ffi
 assert ffi.register_all() == {"cpu": ("jaxext_dop853", "jaxext_kepler_f32", "jaxext_kepler_f64",
     "jaxext_limbdark_f32", "jaxext_limbdark_f64", "jaxext_limbdark_grad_f32",
-    "jaxext_limbdark_grad_f64", "jaxext_transit_f32", "jaxext_transit_f64",
-    "jaxext_transit_grad_f32", "jaxext_transit_grad_f64", "jaxext_transit_lin_f32",
-    "jaxext_transit_lin_f64", "jaxext_transit_vjp_f32", "jaxext_transit_vjp_f64")}, ffi.register_all()
+    "jaxext_limbdark_grad_f64", "jaxext_limbdark_hess_f32", "jaxext_limbdark_hess_f64",
+    "jaxext_transit_f32", "jaxext_transit_f64", "jaxext_transit_grad_f32", "jaxext_transit_grad_f64",
+    "jaxext_transit_lin_f32", "jaxext_transit_lin_f64", "jaxext_transit_vjp_f32",
+    "jaxext_transit_vjp_f64")}, ffi.register_all()
 assert "jaxext.cpu._cpu_ops" not in sys.modules
 m = np.linspace(-7, 7, 1001); e = np.linspace(0, 0.99, 1001)
 s, c = jax.jit(jaxext.kepler)(m, e)

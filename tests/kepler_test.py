@@ -354,6 +354,7 @@ def test_registrations_and_handler_errors_surface():
   regs = _cpu_ops.registrations()
   assert set(regs) == {"jaxext_kepler_f32", "jaxext_kepler_f64", "jaxext_limbdark_f32",
                        "jaxext_limbdark_f64", "jaxext_limbdark_grad_f32", "jaxext_limbdark_grad_f64",
+                       "jaxext_limbdark_hess_f32", "jaxext_limbdark_hess_f64",
                        "jaxext_numba_call", "jaxext_dop853", "jaxext_sph", "jaxext_segment_sum",
                        "jaxext_tensor_product", "jaxext_conv", "jaxext_transit_f32",
                        "jaxext_transit_f64", "jaxext_transit_grad_f32", "jaxext_transit_grad_f64",

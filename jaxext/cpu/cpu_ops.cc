@@ -27,6 +27,10 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF32);
     d["jaxext_limbdark_grad_f64"] =
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkGradCpuF64);
+    d["jaxext_limbdark_hess_f32"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkHessCpuF32);
+    d["jaxext_limbdark_hess_f64"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextLimbdarkHessCpuF64);
     d["jaxext_transit_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitCpuF32);
     d["jaxext_transit_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTransitCpuF64);
     d["jaxext_transit_grad_f32"] =

@@ -148,6 +148,60 @@ ffi::Future LimbdarkGradImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Bu
   });
 }
 
+// Second derivatives: outputs of the gradient form, then d2F/db2, d2F/db dr, d2F/dr2 [P] and
+// d2F/db du, d2F/dr du [P, n] (limbdark::EvaluateHessian; no lane-parallel path).
+template <ffi::DataType dtype>
+ffi::Future LimbdarkHessImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Buffer<dtype> r,
+                             ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux,
+                             ffi::ResultBuffer<dtype> dfdb, ffi::ResultBuffer<dtype> dfdr,
+                             ffi::ResultBuffer<dtype> dfdu, ffi::ResultBuffer<dtype> hbb,
+                             ffi::ResultBuffer<dtype> hbr, ffi::ResultBuffer<dtype> hrr,
+                             ffi::ResultBuffer<dtype> hbu, ffi::ResultBuffer<dtype> hru) {
+  LimbdarkShape shape;
+  const size_t grad_counts[] = {dfdb->element_count(), dfdr->element_count(),
+                                dfdu->element_count()};
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(),
+                                        flux->element_count(), grad_counts, &shape);
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  const size_t points = b.element_count(), coefs = points * static_cast<size_t>(shape.order);
+  if (ffi::Error err = CheckElementCounts("limbdark", points,
+                                          {hbb->element_count(), hbr->element_count(),
+                                           hrr->element_count()});
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  if (ffi::Error err = CheckElementCounts("limbdark", coefs,
+                                          {hbu->element_count(), hru->element_count()});
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  using T = ffi::NativeType<dtype>;
+  const T* pb = b.typed_data();
+  const T* pr = r.typed_data();
+  const T* pu = u.typed_data();
+  T* out[9] = {flux->typed_data(), dfdb->typed_data(), dfdr->typed_data(), dfdu->typed_data(),
+               hbb->typed_data(),  hbr->typed_data(),  hrr->typed_data(),  hbu->typed_data(),
+               hru->typed_data()};
+  const int order = shape.order;
+  const int64_t rs = shape.r_stride;
+  const int64_t per_group = shape.per_group;
+  // A few times the cost of a gradient point: a smaller grain.
+  return ParallelFor(pool, shape.points, kGrain / 4, [=](int64_t begin, int64_t end) {
+    limbdark::Law law;
+    int64_t group = -1;
+    for (int64_t i = begin; i < end; ++i) {
+      if (i / per_group != group) {
+        group = i / per_group;
+        limbdark::MakeLaw(pu + group * order, order, &law);
+      }
+      limbdark::EvaluateHessianAt<T>(pb, pr, rs, law, i, out[0], out[1], out[2], out[3], out[4],
+                                     out[5], out[6], out[7], out[8]);
+    }
+  });
+}
+
 }  // namespace
 
 #define JAXEXT_LIMBDARK_CPU_BINDING(T)          \
@@ -164,6 +218,14 @@ ffi::Future LimbdarkGradImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> b, ffi::Bu
       .Ret<ffi::Buffer<ffi::DataType::T>>() \
       .Ret<ffi::Buffer<ffi::DataType::T>>()
 
+#define JAXEXT_LIMBDARK_HESS_CPU_BINDING(T) \
+  JAXEXT_LIMBDARK_GRAD_CPU_BINDING(T)       \
+      .Ret<ffi::Buffer<ffi::DataType::T>>() \
+      .Ret<ffi::Buffer<ffi::DataType::T>>() \
+      .Ret<ffi::Buffer<ffi::DataType::T>>() \
+      .Ret<ffi::Buffer<ffi::DataType::T>>() \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkCpuF32, LimbdarkImpl<ffi::DataType::F32>,
                               JAXEXT_LIMBDARK_CPU_BINDING(F32));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkCpuF64, LimbdarkImpl<ffi::DataType::F64>,
@@ -172,6 +234,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkGradCpuF32, LimbdarkGradImpl<ffi::Da
                               JAXEXT_LIMBDARK_GRAD_CPU_BINDING(F32));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkGradCpuF64, LimbdarkGradImpl<ffi::DataType::F64>,
                               JAXEXT_LIMBDARK_GRAD_CPU_BINDING(F64));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkHessCpuF32, LimbdarkHessImpl<ffi::DataType::F32>,
+                              JAXEXT_LIMBDARK_HESS_CPU_BINDING(F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkHessCpuF64, LimbdarkHessImpl<ffi::DataType::F64>,
+                              JAXEXT_LIMBDARK_HESS_CPU_BINDING(F64));
 
 }  // namespace cpu
 }  // namespace jaxext

@@ -13,6 +13,10 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkCpuF64);
 // Same inputs -> (flux[P], dflux/db[P], dflux/dr[P], dflux/du[P, n]).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkGradCpuF32);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkGradCpuF64);
+// Same inputs -> the gradient form's outputs, then d2flux/db2, d2flux/db dr, d2flux/dr2 [P] and
+// d2flux/db du, d2flux/dr du [P, n].
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkHessCpuF32);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkHessCpuF64);
 
 }  // namespace cpu
 }  // namespace jaxext

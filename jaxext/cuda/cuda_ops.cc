@@ -24,6 +24,10 @@ PYBIND11_MODULE(_cuda_ops, m) {
         jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkGradCudaF32);
     d["jaxext_limbdark_grad_f64"] =
         jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkGradCudaF64);
+    d["jaxext_limbdark_hess_f32"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkHessCudaF32);
+    d["jaxext_limbdark_hess_f64"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextLimbdarkHessCudaF64);
     d["jaxext_transit_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitCudaF32);
     d["jaxext_transit_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitCudaF64);
     d["jaxext_transit_grad_f32"] =

@@ -28,21 +28,47 @@ __global__ void LimbdarkKernel(const T* __restrict__ b, const T* __restrict__ r,
   }
 }
 
+// Second derivatives (limbdark::EvaluateHessian), same layout: outputs of the gradient kernel, then
+// d2F/db2, d2F/db dr, d2F/dr2 and d2F/db du, d2F/dr du.
+template <typename T>
+__global__ void LimbdarkHessKernel(const T* __restrict__ b, const T* __restrict__ r, int64_t rs,
+                                   const T* __restrict__ u, int order, int64_t per_group,
+                                   int64_t n, T* __restrict__ flux, T* __restrict__ dfdb,
+                                   T* __restrict__ dfdr, T* __restrict__ dfdu,
+                                   T* __restrict__ hbb, T* __restrict__ hbr, T* __restrict__ hrr,
+                                   T* __restrict__ hbu, T* __restrict__ hru) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  for (int64_t i = first; i < n; i += stride) {
+    limbdark::Law law;
+    limbdark::MakeLaw(u + (i / per_group) * order, order, &law);
+    limbdark::EvaluateHessianAt<T>(b, r, rs, law, i, flux, dfdb, dfdr, dfdu, hbb, hbr, hrr, hbu,
+                                   hru);
+  }
+}
+
 constexpr int kBlock = 128;
 
-template <bool kGrad, typename T>
-ffi::Error Launch(cudaStream_t stream, const LimbdarkShape& shape, const T* b, const T* r,
-                  const T* u, T* flux, T* dfdb, T* dfdr, T* dfdu) {
-  if (shape.points == 0) return ffi::Error::Success();
-  const int64_t blocks = std::min<int64_t>((shape.points + kBlock - 1) / kBlock, int64_t{1} << 20);
-  LimbdarkKernel<kGrad, T><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
-      b, r, shape.r_stride, u, shape.order, shape.per_group, shape.points, flux, dfdb, dfdr, dfdu);
+ffi::Error LaunchError() {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     return ffi::Error::Internal(std::string("jaxext limbdark: CUDA launch failed: ") +
                                 cudaGetErrorString(err));
   }
   return ffi::Error::Success();
+}
+
+int64_t Blocks(const LimbdarkShape& shape) {
+  return std::min<int64_t>((shape.points + kBlock - 1) / kBlock, int64_t{1} << 20);
+}
+
+template <bool kGrad, typename T>
+ffi::Error Launch(cudaStream_t stream, const LimbdarkShape& shape, const T* b, const T* r,
+                  const T* u, T* flux, T* dfdb, T* dfdr, T* dfdu) {
+  if (shape.points == 0) return ffi::Error::Success();
+  LimbdarkKernel<kGrad, T><<<static_cast<unsigned>(Blocks(shape)), kBlock, 0, stream>>>(
+      b, r, shape.r_stride, u, shape.order, shape.per_group, shape.points, flux, dfdb, dfdr, dfdu);
+  return LaunchError();
 }
 
 template <ffi::DataType dtype>
@@ -78,6 +104,43 @@ ffi::Error LimbdarkGradImpl(cudaStream_t stream, ffi::Buffer<dtype> b, ffi::Buff
                          dfdu->typed_data());
 }
 
+template <ffi::DataType dtype>
+ffi::Error LimbdarkHessImpl(cudaStream_t stream, ffi::Buffer<dtype> b, ffi::Buffer<dtype> r,
+                            ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux,
+                            ffi::ResultBuffer<dtype> dfdb, ffi::ResultBuffer<dtype> dfdr,
+                            ffi::ResultBuffer<dtype> dfdu, ffi::ResultBuffer<dtype> hbb,
+                            ffi::ResultBuffer<dtype> hbr, ffi::ResultBuffer<dtype> hrr,
+                            ffi::ResultBuffer<dtype> hbu, ffi::ResultBuffer<dtype> hru) {
+  LimbdarkShape shape;
+  const size_t grad_counts[] = {dfdb->element_count(), dfdr->element_count(),
+                                dfdu->element_count()};
+  if (ffi::Error err = GetLimbdarkShape(b.element_count(), r.element_count(), u.dimensions(),
+                                        flux->element_count(), grad_counts, &shape);
+      err.failure()) {
+    return err;
+  }
+  const size_t points = b.element_count(), coefs = points * static_cast<size_t>(shape.order);
+  if (ffi::Error err = CheckElementCounts("limbdark", points,
+                                          {hbb->element_count(), hbr->element_count(),
+                                           hrr->element_count()});
+      err.failure()) {
+    return err;
+  }
+  if (ffi::Error err = CheckElementCounts("limbdark", coefs,
+                                          {hbu->element_count(), hru->element_count()});
+      err.failure()) {
+    return err;
+  }
+  if (shape.points == 0) return ffi::Error::Success();
+  using T = ffi::NativeType<dtype>;
+  LimbdarkHessKernel<T><<<static_cast<unsigned>(Blocks(shape)), kBlock, 0, stream>>>(
+      b.typed_data(), r.typed_data(), shape.r_stride, u.typed_data(), shape.order,
+      shape.per_group, shape.points, flux->typed_data(), dfdb->typed_data(), dfdr->typed_data(),
+      dfdu->typed_data(), hbb->typed_data(), hbr->typed_data(), hrr->typed_data(),
+      hbu->typed_data(), hru->typed_data());
+  return LaunchError();
+}
+
 }  // namespace
 
 #define JAXEXT_LIMBDARK_CUDA_BINDING(T)         \
@@ -94,6 +157,14 @@ ffi::Error LimbdarkGradImpl(cudaStream_t stream, ffi::Buffer<dtype> b, ffi::Buff
       .Ret<ffi::Buffer<ffi::DataType::T>>()  \
       .Ret<ffi::Buffer<ffi::DataType::T>>()
 
+#define JAXEXT_LIMBDARK_HESS_CUDA_BINDING(T) \
+  JAXEXT_LIMBDARK_GRAD_CUDA_BINDING(T)       \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()  \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()  \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()  \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()  \
+      .Ret<ffi::Buffer<ffi::DataType::T>>()
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkCudaF32, LimbdarkImpl<ffi::DataType::F32>,
                               JAXEXT_LIMBDARK_CUDA_BINDING(F32),
                               {ffi::Traits::kCmdBufferCompatible});
@@ -105,6 +176,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkGradCudaF32, LimbdarkGradImpl<ffi::D
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkGradCudaF64, LimbdarkGradImpl<ffi::DataType::F64>,
                               JAXEXT_LIMBDARK_GRAD_CUDA_BINDING(F64),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkHessCudaF32, LimbdarkHessImpl<ffi::DataType::F32>,
+                              JAXEXT_LIMBDARK_HESS_CUDA_BINDING(F32),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextLimbdarkHessCudaF64, LimbdarkHessImpl<ffi::DataType::F64>,
+                              JAXEXT_LIMBDARK_HESS_CUDA_BINDING(F64),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace cuda

@@ -13,6 +13,10 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkCudaF64);
 // Same inputs -> (flux[P], dflux/db[P], dflux/dr[P], dflux/du[P, n]).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkGradCudaF32);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkGradCudaF64);
+// Same inputs -> the gradient form's outputs, then d2flux/db2, d2flux/db dr, d2flux/dr2 [P] and
+// d2flux/db du, d2flux/dr du [P, n].
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkHessCudaF32);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextLimbdarkHessCudaF64);
 
 }  // namespace cuda
 }  // namespace jaxext

@@ -1,8 +1,10 @@
 // Forward-mode dual numbers with K derivative components: a function written for a generic scalar
 // evaluated on Duals gives its value and its exact partial derivatives (used for the Jacobians of
-// the built-in ODE models, jaxext/kernels/orbit.h). Only what those models use is defined. Values
+// the built-in ODE models, jaxext/kernels/orbit.h, and for the derivatives of the arc moments of
+// the limb-darkening integrals, jaxext/kernels/limbdark.h). Only what those use is defined. Values
 // are computed with the same operations as in plain T, so they round identically (a model's
-// derivative run takes the same steps as its plain run).
+// derivative run takes the same steps as its plain run). Comparisons compare values only, so that
+// branches go the way the plain run goes.
 #ifndef JAXEXT_KERNELS_DUAL_H_
 #define JAXEXT_KERNELS_DUAL_H_
 
@@ -18,6 +20,7 @@ using std::sqrt;
 
 template <typename T, int K>
 struct Dual {
+  using Scalar = T;
   T v;
   T d[K];
 
@@ -38,7 +41,17 @@ struct Dual {
     for (int k = 0; k < K; ++k) d[k] += b.d[k];
     return *this;
   }
+  JAXEXT_HD Dual& operator*=(T s) {  // by a constant
+    v *= s;
+    for (int k = 0; k < K; ++k) d[k] *= s;
+    return *this;
+  }
 };
+
+// Constants mixed with Duals are taken as T (int, float or double alike: the scalar parameter is
+// not deduced, so an int constant converts as it would in plain T arithmetic).
+template <typename D>
+using DualScalar = typename D::Scalar;
 
 template <typename T, int K>
 JAXEXT_HD Dual<T, K> operator-(const Dual<T, K>& a) {
@@ -82,34 +95,79 @@ JAXEXT_HD Dual<T, K> operator/(const Dual<T, K>& a, const Dual<T, K>& b) {
 
 // Mixed with constants of T.
 template <typename T, int K>
-JAXEXT_HD Dual<T, K> operator+(const Dual<T, K>& a, T b) { return a + Dual<T, K>(b); }
+JAXEXT_HD Dual<T, K> operator+(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) {
+  return a + Dual<T, K>(b);
+}
 template <typename T, int K>
-JAXEXT_HD Dual<T, K> operator+(T a, const Dual<T, K>& b) { return Dual<T, K>(a) + b; }
+JAXEXT_HD Dual<T, K> operator+(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) {
+  return Dual<T, K>(a) + b;
+}
 template <typename T, int K>
-JAXEXT_HD Dual<T, K> operator-(const Dual<T, K>& a, T b) { return a - Dual<T, K>(b); }
+JAXEXT_HD Dual<T, K> operator-(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) {
+  return a - Dual<T, K>(b);
+}
 template <typename T, int K>
-JAXEXT_HD Dual<T, K> operator-(T a, const Dual<T, K>& b) { return Dual<T, K>(a) - b; }
+JAXEXT_HD Dual<T, K> operator-(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) {
+  return Dual<T, K>(a) - b;
+}
 template <typename T, int K>
-JAXEXT_HD Dual<T, K> operator*(const Dual<T, K>& a, T b) {
+JAXEXT_HD Dual<T, K> operator*(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) {
   Dual<T, K> r;
   r.v = a.v * b;
   for (int k = 0; k < K; ++k) r.d[k] = a.d[k] * b;
   return r;
 }
 template <typename T, int K>
-JAXEXT_HD Dual<T, K> operator*(T a, const Dual<T, K>& b) { return b * a; }
+JAXEXT_HD Dual<T, K> operator*(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) { return b * a; }
 template <typename T, int K>
-JAXEXT_HD Dual<T, K> operator/(const Dual<T, K>& a, T b) {
+JAXEXT_HD Dual<T, K> operator/(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) {
   Dual<T, K> r;
   r.v = a.v / b;
   for (int k = 0; k < K; ++k) r.d[k] = a.d[k] / b;
   return r;
 }
 template <typename T, int K>
-JAXEXT_HD Dual<T, K> operator/(T a, const Dual<T, K>& b) { return Dual<T, K>(a) / b; }
+JAXEXT_HD Dual<T, K> operator/(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) {
+  return Dual<T, K>(a) / b;
+}
 
+// Comparisons of values (the derivatives play no part).
 template <typename T, int K>
-JAXEXT_HD bool operator<=(T a, const Dual<T, K>& b) { return a <= b.v; }
+JAXEXT_HD bool operator<(const Dual<T, K>& a, const Dual<T, K>& b) { return a.v < b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator<(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) { return a.v < b; }
+template <typename T, int K>
+JAXEXT_HD bool operator<(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) { return a < b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator<=(const Dual<T, K>& a, const Dual<T, K>& b) { return a.v <= b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator<=(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) { return a.v <= b; }
+template <typename T, int K>
+JAXEXT_HD bool operator<=(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) { return a <= b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator>(const Dual<T, K>& a, const Dual<T, K>& b) { return a.v > b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator>(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) { return a.v > b; }
+template <typename T, int K>
+JAXEXT_HD bool operator>(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) { return a > b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator>=(const Dual<T, K>& a, const Dual<T, K>& b) { return a.v >= b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator>=(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) { return a.v >= b; }
+template <typename T, int K>
+JAXEXT_HD bool operator>=(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) { return a >= b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator==(const Dual<T, K>& a, const Dual<T, K>& b) { return a.v == b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator==(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) { return a.v == b; }
+template <typename T, int K>
+JAXEXT_HD bool operator==(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) { return a == b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator!=(const Dual<T, K>& a, const Dual<T, K>& b) { return a.v != b.v; }
+template <typename T, int K>
+JAXEXT_HD bool operator!=(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) { return a.v != b; }
+template <typename T, int K>
+JAXEXT_HD bool operator!=(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) { return a != b.v; }
 
 template <typename T, int K>
 JAXEXT_HD Dual<T, K> sqrt(const Dual<T, K>& a) {
