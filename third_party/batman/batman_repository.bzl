@@ -17,5 +17,5 @@ def _benchmark_deps_impl(_mctx):
 
 benchmark_deps = module_extension(
     implementation = _benchmark_deps_impl,
-    doc = "Creates @jaxext_batman (fetched only when //benchmarks:limbdark is built).",
+    doc = "Creates @jaxext_batman (fetched only when //benchmarks:limbdark or :transit is built).",
 )
