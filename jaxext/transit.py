@@ -317,9 +317,11 @@ def _unfused_with_derivatives(t, q, u, oversample):
   def partials(tangents_q, tangents_u):
     return jax.jvp(fn, (q, u), (tangents_q, tangents_u))[1]
 
-  eye_q = jnp.broadcast_to(jnp.eye(NUM_PARAMS, dtype=q.dtype)[:, None], (NUM_PARAMS,) + q.shape)
+  basis = lambda k, x: jnp.broadcast_to(
+      jnp.eye(k, dtype=x.dtype).reshape((k,) + (1,) * (x.ndim - 1) + (k,)), (k,) + x.shape)
+  eye_q = basis(NUM_PARAMS, q)
   n = u.shape[-1]
-  eye_u = jnp.broadcast_to(jnp.eye(n, dtype=u.dtype)[:, None], (n,) + u.shape)
+  eye_u = basis(n, u)
   dq = jax.vmap(partials, in_axes=(0, None))(eye_q, jnp.zeros_like(u))
   du = jax.vmap(partials, in_axes=(None, 0))(jnp.zeros_like(q), eye_u)
   return fn(q, u), jnp.moveaxis(dq, 0, -1), jnp.moveaxis(du, 0, -1)

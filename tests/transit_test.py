@@ -381,3 +381,60 @@ def test_forward_and_reverse_kernels_agree_with_per_point_derivatives():
   fd = (ft(tt + 1e-7) - ft(tt - 1e-7)) / 2e-7
   np.testing.assert_allclose(gt, fd, rtol=1e-6, atol=1e-9)
   assert np.abs(np.asarray(gt)).max() > 0.01
+
+
+def test_second_derivatives_check_grads():
+  """Second order (forward over reverse and reverse over reverse) in every parameter, with
+  exposures, through the unfused model's kernels (limbdark's Hessian, kepler's derivatives).
+  Times away from the contact points, where the flux is not twice differentiable (~ x^(3/2))."""
+  t = jnp.array([0.22, 0.27, 0.29, 0.3, 0.315])
+
+  def model(t0, period, a, impact, r, u, ecc, omega):
+    return jaxext.transit_light_curve(t, period=period, t0=t0, a=a, impact=impact, r=r, u=u,
+                                      ecc=ecc, omega=omega, texp=0.01, oversample=3)
+
+  args = (0.3, 3.5, 9.0, 0.3, 0.1, U, 0.2, 0.4)
+  # Against jax's finite differences (of the function and of its derivatives: tolerance for
+  # their truncation error; the 30-digit test below is the accurate one).
+  check_grads(model, args, order=2, modes=("fwd", "rev"), eps=2e-5, atol=1e-5, rtol=1e-5)
+  # Every composition of forward and reverse mode gives the same Hessian (kernels: the
+  # transit's forward/reverse-mode kernels, limbdark's Hessian, kepler's derivatives).
+  weights = jnp.array([1.0, 2.0, -1.0, 0.5, 3.0])
+  flat = lambda p: jnp.sum(weights * model(*p[:5], p[5:7], *p[7:]))
+  p = jnp.array([0.3, 3.5, 9.0, 0.3, 0.1, 0.4, 0.26, 0.2, 0.4])
+  h_ff = jax.jacfwd(jax.jacfwd(flat))(p)
+  scale = np.abs(np.asarray(h_ff)).max()
+  for h in (jax.jacfwd(jax.jacrev(flat))(p), jax.jacrev(jax.jacfwd(flat))(p),
+            jax.jacrev(jax.jacrev(flat))(p), jax.hessian(flat)(p)):
+    np.testing.assert_allclose(h, h_ff, rtol=0, atol=1e-13 * scale)
+  np.testing.assert_allclose(h_ff, h_ff.T, rtol=0, atol=1e-13 * scale)
+
+
+def test_hessian_matches_30_digit_finite_differences():
+  """jax.hessian of the flux with respect to (r, impact, a, ecc) against central second
+  differences of the 30-digit reference, deep in transit and at ingress."""
+  base = dict(period=3.0, t0=0.0, omega=0.5, u=(0.4, 0.26))
+  x0 = np.array([0.1, 0.3, 10.0, 0.2])  # r, impact, a, ecc
+
+  def ours(x, t):
+    return jaxext.transit_light_curve(t, r=x[0], impact=x[1], a=x[2], ecc=x[3],
+                                      **dict(base, u=jnp.asarray(base["u"])))
+
+  def ref(x, t):
+    return mp_light_curve([t], r=x[0], impact=x[1], a=x[2], ecc=x[3], **base)[0]
+
+  h = 1e-4
+  for t in (0.02, 0.041):  # deep in transit; partial overlap (ingress)
+    hess = np.asarray(jax.hessian(ours)(jnp.asarray(x0), t))
+    fd = np.zeros((4, 4))
+    f0 = ref(x0, t)
+    for i in range(4):
+      ei = np.eye(4)[i] * h
+      fd[i, i] = (ref(x0 + ei, t) - 2 * f0 + ref(x0 - ei, t)) / h**2
+      for j in range(i):
+        ej = np.eye(4)[j] * h
+        fd[i, j] = fd[j, i] = (ref(x0 + ei + ej, t) - ref(x0 + ei - ej, t)
+                               - ref(x0 - ei + ej, t) + ref(x0 - ei - ej, t)) / (4 * h * h)
+    scale = np.abs(fd).max()
+    assert scale > 1e-3
+    np.testing.assert_allclose(hess, fd, rtol=0, atol=1e-6 * scale, err_msg=f"t={t}")

@@ -97,7 +97,7 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
   transit::Orbit orbit;
   // Per sub-exposure of a piece (structure of arrays: each step below is a vectorisable loop).
   double ts[kPiece], off[kPiece], dts[kPiece], M[kPiece], sE[kPiece], cE[kPiece], b[kPiece];
-  bool in_window[kPiece], active[kPiece];
+  int64_t in_window[kPiece], active[kPiece];  // 0/1, a double's width: the loops vectorise
   double f[kPiece], fb[kPiece], fr[kPiece], fu[kPiece * limbdark::kMaxOrder];
   double db[kGrad ? kQ * kPiece : 1];  // db/dq_m of sub-exposure j at db[m * kPiece + j]
   // Running sums for the point whose sub-exposures are being reduced.
@@ -131,7 +131,7 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
       if (any == 0 && orbit.valid) {  // the whole piece out of transit: flux 1
         for (int j = 0; j < cnt; ++j) {
           f[j] = 1.0;
-          active[j] = false;
+          active[j] = 0;
         }
       } else {
         if (orbit.circular) {

@@ -137,14 +137,17 @@ JAXEXT_HD double Offset(int k, int oversample) {
 //
 // 1. Phase: mean anomaly M and whether the sub-exposure at time t_sub can be in transit.
 //    `dt` = t_sub - t0 (kept for the derivative in n). Non-finite phases count as in the window
-//    (their NaN flows through to the flux).
-JAXEXT_HD void Phase(const Orbit& o, double t_sub, double* dt, double* M, bool* in_window) {
+//    (their NaN flows through to the flux). Flags are 0/1 integers of a double's width, so that
+//    the CPU's lane loops vectorise.
+JAXEXT_HD void Phase(const Orbit& o, double t_sub, double* dt, double* M, int64_t* in_window) {
   const double* q = o.q;
   *dt = t_sub - q[kT0];
   const double phi = q[kN] * *dt;
   const double psi = Reduce(phi);
   *M = q[kMtr] + psi;
-  *in_window = !Finite(phi) || (o.can_transit & (psi >= o.psi_lo) & (psi <= o.psi_hi));
+  *in_window = static_cast<int64_t>(!Finite(phi)) |
+               (static_cast<int64_t>(o.can_transit) & static_cast<int64_t>(psi >= o.psi_lo) &
+                static_cast<int64_t>(psi <= o.psi_hi));
 }
 
 // 2. sin E and cos E (E = M on circular orbits).
@@ -161,7 +164,7 @@ JAXEXT_HD void Anomaly(const Orbit& o, double M, double* sE, double* cE) {
 //    (zeros where inactive). NaN b (active) for invalid light curves and non-finite times.
 template <bool kGrad>
 JAXEXT_HD double Geometry(const Orbit& o, double dt, double offset, double sE, double cE,
-                          bool in_window, bool* active, double* db_dq, int64_t stride) {
+                          int64_t in_window, int64_t* active, double* db_dq, int64_t stride) {
   const double* q = o.q;
   const double e = q[kEcc];
   const double X = cE - e, Y = o.s1 * sE;
@@ -169,12 +172,12 @@ JAXEXT_HD double Geometry(const Orbit& o, double dt, double offset, double sE, d
   const double U = cw * X - sw * Y, V = sw * X + cw * Y;
   const double x = -a * U, y = -a * ci * V;
   const double b_orbit = sqrt(x * x + y * y);
-  const bool finite = o.valid & Finite(b_orbit);
-  const bool on = in_window & (V > 0.0);
-  *active = on | !finite;
-  const double b = !finite ? NAN : (on ? b_orbit : FarAway(o));
+  const int64_t finite = static_cast<int64_t>(o.valid) & static_cast<int64_t>(Finite(b_orbit));
+  const int64_t on = in_window & static_cast<int64_t>(V > 0.0);
+  *active = on | (1 - finite);
+  const double b = finite == 0 ? NAN : (on != 0 ? b_orbit : FarAway(o));
   if (kGrad) {
-    const double inv_b = (on & (b_orbit > 0.0)) ? 1.0 / b_orbit : 0.0;  // 0 where inactive
+    const double inv_b = (on != 0 && b_orbit > 0.0) ? 1.0 / b_orbit : 0.0;  // 0 where inactive
     const double D = 1.0 - e * cE;
     const double X_E = -sE, Y_E = o.s1 * cE;
     const double U_E = cw * X_E - sw * Y_E, V_E = sw * X_E + cw * Y_E;
@@ -202,10 +205,12 @@ template <bool kGrad>
 JAXEXT_HD double Separation(const Orbit& o, double t, double offset, bool* active,
                             double* db_dq) {
   double dt, M, sE = 0.0, cE = 1.0;
-  bool in_window;
+  int64_t in_window, on;
   Phase(o, t + o.q[kTexp] * offset, &dt, &M, &in_window);
   if (in_window) Anomaly(o, M, &sE, &cE);
-  return Geometry<kGrad>(o, dt, offset, sE, cE, in_window, active, db_dq, 1);
+  const double b = Geometry<kGrad>(o, dt, offset, sE, cE, in_window, &on, db_dq, 1);
+  *active = on != 0;
+  return b;
 }
 
 }  // namespace transit
