@@ -95,8 +95,9 @@ CUDA_HOST_COMPILER = "g++-15"
 
 CUDA_CAPABILITIES = ["sm_90"]
 
-# batman (Kreidberg 2015), the C anchor of //benchmarks:limbdark. PyPI has only its source
-# distribution; third_party/batman builds the quadratic-law extension with Bazel's C toolchain.
+# batman (Kreidberg 2015), the C anchor of //benchmarks:limbdark and //benchmarks:transit. PyPI has
+# only its source distribution; third_party/batman builds its quadratic-law and sky-separation
+# (_rsky) extensions with Bazel's C toolchain.
 # GPL-3.0: used by the benchmark only, never linked into or shipped with jaxext.
 BATMAN = {
     "version": "2.5.2",
