@@ -30,6 +30,49 @@ constexpr int kQ = transit::kNumParams;
 #define JAXEXT_CPU_CLONES
 #endif
 
+// The lane loops of the orbit, as functions of their own (cloned per CPU like the whole loop):
+// inside the large loop below GCC leaves them scalar; here each vectorises.
+JAXEXT_CPU_CLONES void PhaseLanes(const transit::Orbit& orbit, const double* __restrict ts,
+                                  double* __restrict dts, double* __restrict M,
+                                  int64_t* __restrict in_window, int n) {
+  for (int j = 0; j < n; ++j) transit::Phase(orbit, ts[j], &dts[j], &M[j], &in_window[j]);
+}
+JAXEXT_CPU_CLONES void KeplerLanes(const double* __restrict M, double e, double* __restrict s,
+                                   double* __restrict c, int n) {
+  for (int j = 0; j < n; ++j) kepler::solve(M[j], e, &s[j], &c[j]);
+}
+// sin E, cos E from the orbit's Chebyshev series (Clenshaw), x clamped to [-1, 1]: times out of
+// the window get finite values, which are not used.
+JAXEXT_CPU_CLONES void ChebyshevLanes(const transit::Orbit& o, const double* __restrict M,
+                                      double* __restrict s, double* __restrict c, int n) {
+  const double shift = o.q[transit::kMtr] + o.cheb_mid, scale = o.cheb_scale;
+  double x2[kPiece], s1[kPiece], s2[kPiece], c1[kPiece], c2[kPiece];
+  for (int j = 0; j < n; ++j) {
+    double x = (M[j] - shift) * scale;
+    x2[j] = 2.0 * (x > 1.0 ? 1.0 : (x < -1.0 ? -1.0 : x));
+    s1[j] = s2[j] = c1[j] = c2[j] = 0.0;
+  }
+  for (int k = o.cheb_n - 1; k >= 1; --k) {  // Clenshaw, the lanes innermost
+    const double ck_s = o.cheb_sin[k], ck_c = o.cheb_cos[k];
+    for (int j = 0; j < n; ++j) {
+      const double ns = x2[j] * s1[j] - s2[j] + ck_s;
+      const double nc = x2[j] * c1[j] - c2[j] + ck_c;
+      s2[j] = s1[j];
+      s1[j] = ns;
+      c2[j] = c1[j];
+      c1[j] = nc;
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    s[j] = 0.5 * x2[j] * s1[j] - s2[j] + o.cheb_sin[0];
+    c[j] = 0.5 * x2[j] * c1[j] - c2[j] + o.cheb_cos[0];
+  }
+}
+JAXEXT_CPU_CLONES void SinCosLanes(const double* __restrict M, double* __restrict s,
+                                   double* __restrict c, int n) {
+  for (int j = 0; j < n; ++j) kepler::sincos(M[j], &s[j], &c[j]);
+}
+
 // What a pass does with each point's flux and derivatives (already averaged over its
 // sub-exposures): the four kernel modes. `dq`, `du` are null for ValueSink (kGrad false).
 template <typename T>
@@ -107,6 +150,7 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
     const int64_t stop = std::min(end, (g + 1) * shape.per_group);
     limbdark::MakeLaw(u + g * order, order, &law);
     transit::MakeOrbit(q + g * kQ, law, &orbit);
+    bool expanded = false;  // the orbit's Chebyshev series: built when first needed
     const double r = orbit.q[transit::kRadius];
     const double texp = orbit.q[transit::kTexp];
     for (int64_t s = i * K; s < stop * K; s += kPiece) {
@@ -123,22 +167,25 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
           ts[j] = static_cast<double>(t[p]) + texp * off[j];
         }
       }
-      int any = 0;
-      for (int j = 0; j < cnt; ++j) {
-        transit::Phase(orbit, ts[j], &dts[j], &M[j], &in_window[j]);
-        any += in_window[j];
-      }
+      PhaseLanes(orbit, ts, dts, M, in_window, cnt);
+      int64_t any = 0;
+      for (int j = 0; j < cnt; ++j) any |= in_window[j];
       if (any == 0 && orbit.valid) {  // the whole piece out of transit: flux 1
         for (int j = 0; j < cnt; ++j) {
           f[j] = 1.0;
           active[j] = 0;
         }
       } else {
+        if (!expanded) {
+          transit::ExpandOrbit(&orbit);
+          expanded = true;
+        }
         if (orbit.circular) {
-          for (int j = 0; j < cnt; ++j) kepler::sincos(M[j], &sE[j], &cE[j]);
+          SinCosLanes(M, sE, cE, cnt);
+        } else if (orbit.cheb_n > 0) {
+          ChebyshevLanes(orbit, M, sE, cE, cnt);
         } else {
-          const double e = orbit.q[transit::kEcc];
-          for (int j = 0; j < cnt; ++j) kepler::solve(M[j], e, &sE[j], &cE[j]);
+          KeplerLanes(M, orbit.q[transit::kEcc], sE, cE, cnt);
         }
         for (int j = 0; j < cnt; ++j) {
           b[j] = transit::Geometry<kGrad>(orbit, dts[j], off[j], sE[j], cE[j], in_window[j],

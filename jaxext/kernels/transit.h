@@ -16,7 +16,10 @@
 //   sky position (x, y) = -a (U, cos_i V), in front of the star when V sin_i > 0,
 //   b = |(x, y)|, flux = limbdark(b, r, u) in front and 1 behind; the point's flux is the mean
 //   over k. (The conventions of batman and jaxoplanet; see jaxext/transit.py.)
-// Circular orbits (e = 0 exactly) take E = M without the Kepler solve.
+// Circular orbits (e = 0 exactly) take E = M without the Kepler solve. On the CPU, an eccentric
+// orbit with a window takes sin E and cos E over it from Chebyshev series built once per light
+// curve from Kepler solves at 32 nodes (ExpandOrbit), used only where they converge to double
+// precision (else Kepler's equation is solved per time, as on CUDA).
 //
 // Skipping: per light curve, the range of phi (reduced to (-pi, pi]) outside which the planet is
 // farther than 1 + r from the star in the sky is computed once (a conservative window: it uses
@@ -59,6 +62,12 @@ enum Param : int {
 };
 
 constexpr double kPi = 3.14159265358979323846;
+// Chebyshev nodes of the per-light-curve orbit expansion. The series is used only if its last 8
+// coefficients are at the level of the nodes' rounding (below kChebNoise: converged to double
+// precision; the true ones are far smaller); terms below kChebTail are dropped.
+constexpr int kChebMax = 32;
+constexpr double kChebNoise = 1e-15;
+constexpr double kChebTail = 1e-16;
 constexpr double kTwoPi = 6.28318530717958647693;
 
 // Per light curve: the parameters, and what the points share.
@@ -70,6 +79,12 @@ struct Orbit {
   bool can_transit; // |cos_i| < 1
   bool windowed;    // transits only for reduced phi in [psi_lo, psi_hi]
   double psi_lo, psi_hi;
+  // Eccentric orbits with a window (CPU): sin E and cos E over the window as Chebyshev series in
+  // x = (psi - cheb_mid) * cheb_scale, |x| <= 1, of cheb_n terms (0: none; solve Kepler's
+  // equation instead).
+  int cheb_n;
+  double cheb_mid, cheb_scale;
+  double cheb_sin[kChebMax], cheb_cos[kChebMax];
 };
 
 JAXEXT_HD bool Finite(double x) { return x - x == 0.0; }
@@ -88,6 +103,7 @@ JAXEXT_HD double Reduce(double x) {
 
 template <typename T>
 JAXEXT_HD void MakeOrbit(const T* q_in, const limbdark::Law& law, Orbit* o) {
+  o->cheb_n = 0;
   bool finite = true;
   for (int k = 0; k < kNumParams; ++k) {
     o->q[k] = static_cast<double>(q_in[k]);
@@ -121,6 +137,49 @@ JAXEXT_HD void MakeOrbit(const T* q_in, const limbdark::Law& law, Orbit* o) {
   o->windowed = true;
   o->psi_lo = lo - margin;
   o->psi_hi = hi + margin;
+}
+
+// Chebyshev coefficients of sin E and cos E over the window of an eccentric orbit (Kepler's
+// equation solved at kChebMax nodes); keeps the shortest series whose dropped coefficients are all
+// below kChebTail, or none (cheb_n = 0). Host code: the CPU handler calls it once per light curve
+// and chunk, when a time first falls in the window; the CUDA kernel solves Kepler's equation.
+inline void ExpandOrbit(Orbit* o) {
+#if !defined(__CUDA_ARCH__)
+  o->cheb_n = 0;
+  if (!o->valid || o->circular || !o->windowed) return;
+  // cos(pi m / (2 kChebMax)), m < 4 kChebMax: every cosine below.
+  static const struct Table {
+    double v[4 * kChebMax];
+    Table() {
+      for (int m = 0; m < 4 * kChebMax; ++m) v[m] = cos(kPi * m / (2 * kChebMax));
+    }
+  } table;
+  const double e = o->q[kEcc];
+  const double lo = o->psi_lo, hi = o->psi_hi;
+  double fs[kChebMax], fc[kChebMax];
+  for (int j = 0; j < kChebMax; ++j) {  // nodes x_j = cos(pi (j + 1/2) / N)
+    const double x = table.v[2 * j + 1];
+    kepler::solve(o->q[kMtr] + 0.5 * (lo + hi) + 0.5 * (hi - lo) * x, e, &fs[j], &fc[j]);
+  }
+  int last = 0;
+  for (int k = 0; k < kChebMax; ++k) {
+    double as = 0.0, ac = 0.0;
+    for (int j = 0; j < kChebMax; ++j) {
+      const double w = table.v[(k * (2 * j + 1)) % (4 * kChebMax)];
+      as += fs[j] * w;
+      ac += fc[j] * w;
+    }
+    const double norm = (k == 0 ? 1.0 : 2.0) / kChebMax;
+    o->cheb_sin[k] = as * norm;
+    o->cheb_cos[k] = ac * norm;
+    const double m = fmax(fabs(o->cheb_sin[k]), fabs(o->cheb_cos[k]));
+    if (k >= kChebMax - 8 && !(m < kChebNoise)) return;  // not converged: keep solving Kepler
+    if (m >= kChebTail) last = k;  // (terms below kChebTail are dropped)
+  }
+  o->cheb_mid = 0.5 * (lo + hi);
+  o->cheb_scale = 2.0 / (hi - lo);
+  o->cheb_n = last + 1;
+#endif
 }
 
 // A point far outside the disks' reach: flux exactly 1 on every path of the occultation kernel.
