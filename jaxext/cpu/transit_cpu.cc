@@ -205,6 +205,12 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
           }
         }
       }
+      if constexpr (!kGrad) {
+        if (K == 1) {  // one sub-exposure per point: the fluxes are the points'
+          for (int j = 0; j < cnt; ++j) sink.Point(s + j, g, f[j], nullptr, nullptr, order);
+          continue;
+        }
+      }
       // Reduce the sub-exposures onto their points.
       for (int j = 0; j < cnt; ++j) {
         const int64_t sub = s + j;
