@@ -160,11 +160,16 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
           ts[j] = static_cast<double>(t[s + j]);
           off[j] = 0.0;
         }
-      } else {
+      } else {  // (point, sub-exposure) counters: no integer division per sub-exposure
+        int64_t p = s / K;
+        int k = static_cast<int>(s - p * K);
         for (int j = 0; j < cnt; ++j) {
-          const int64_t p = (s + j) / K;
-          off[j] = transit::Offset(static_cast<int>(s + j - p * K), K);
+          off[j] = transit::Offset(k, K);
           ts[j] = static_cast<double>(t[p]) + texp * off[j];
+          if (++k == K) {
+            k = 0;
+            ++p;
+          }
         }
       }
       PhaseLanes(orbit, ts, dts, M, in_window, cnt);
@@ -212,10 +217,13 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
         }
       }
       // Reduce the sub-exposures onto their points.
-      for (int j = 0; j < cnt; ++j) {
-        const int64_t sub = s + j;
-        const int64_t p = K == 1 ? sub : sub / K;
-        const int64_t k = sub - p * K;
+      int64_t p = s / K;
+      int k = static_cast<int>(s - p * K);
+      for (int j = 0; j < cnt; ++j, ++k) {
+        if (k == K) {
+          k = 0;
+          ++p;
+        }
         if (k == 0) {
           acc_f = 0.0;
           if (kGrad) {
