@@ -246,16 +246,21 @@ transit_p.def_abstract_eval(_abstract_eval)
 _eager.def_jit_impl(transit_p)
 
 
-def _target_name(dtype, grad: bool) -> str:
-  suffix = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}[np.dtype(dtype)]
-  return ("jaxext_transit_grad_" if grad else "jaxext_transit_") + suffix
-
-
-def _lowering(ctx, t, q, u, *, grad, oversample, platform):
+def _check_platform(platform):
   if platform not in _ffi.register_all():
     raise NotImplementedError(
         f"jaxext.transit_light_curve has no {platform} kernel in this build of jaxext "
         f"(available: {', '.join(_ffi.register_all())})")
+
+
+def _target_name(kind: str, dtype) -> str:
+  """jaxext_transit[_<kind>]_<f32|f64>."""
+  suffix = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}[np.dtype(dtype)]
+  return "_".join(["jaxext_transit"] + ([kind] if kind else []) + [suffix])
+
+
+def _lowering(ctx, t, q, u, *, grad, oversample, platform):
+  _check_platform(platform)
   aval_t, aval_q, _ = ctx.avals_in
   pts = _sharding.elementwise(aval_t.ndim)
   rows = pts[:aval_q.ndim - 1]
@@ -271,15 +276,11 @@ def _lowering(ctx, t, q, u, *, grad, oversample, platform):
   results = [pts] if not grad else [pts, pts + ("_q",), pts + ("_coef",)]
   return _sharding.lower(
       ctx, (t, q, u),
-      _sharding.ffi_per_shard(_target_name(aval_t.dtype, grad), like,
+      _sharding.ffi_per_shard(_target_name("grad" if grad else "", aval_t.dtype), like,
                               oversample=np.int64(oversample)),
       operands, results)
 
 
-compat.register_lowering(transit_p, functools.partial(_lowering, platform="cpu"), "cpu",
-                         partitioned=True)
-compat.register_lowering(transit_p, functools.partial(_lowering, platform="CUDA"), "cuda",
-                         partitioned=True)
 
 
 def _per_point(x, ndim):
@@ -327,12 +328,16 @@ def _unfused_with_derivatives(t, q, u, oversample):
   return fn(q, u), jnp.moveaxis(dq, 0, -1), jnp.moveaxis(du, 0, -1)
 
 
+def _unfused_jvp(fn, primals, tangents, oversample):
+  """The JVP of a derivative form, by differentiating its unfused counterpart `fn`."""
+  tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
+  return jax.jvp(functools.partial(fn, oversample=oversample), primals, tangents)
+
+
 def _jvp(primals, tangents, *, grad, oversample):
   t, q, u = primals
   if grad:
-    tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
-    return jax.jvp(functools.partial(_unfused_with_derivatives, oversample=oversample),
-                   primals, tangents)
+    return _unfused_jvp(_unfused_with_derivatives, primals, tangents, oversample)
   (flux,) = transit_p.bind(t, q, u, grad=False, oversample=oversample)
   tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
   (out,) = transit_lin_p.bind(t, q, u, *tangents, oversample=oversample)
@@ -382,17 +387,6 @@ _eager.def_jit_impl(transit_lin_p)
 _eager.def_jit_impl(transit_vjp_p)
 
 
-def _check_platform(platform):
-  if platform not in _ffi.register_all():
-    raise NotImplementedError(
-        f"jaxext.transit_light_curve has no {platform} kernel in this build of jaxext "
-        f"(available: {', '.join(_ffi.register_all())})")
-
-
-def _suffix(dtype):
-  return {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}[np.dtype(dtype)]
-
-
 def _lin_lowering(ctx, *args, oversample, platform):
   _check_platform(platform)
   aval_t, aval_q = ctx.avals_in[:2]
@@ -402,7 +396,7 @@ def _lin_lowering(ctx, *args, oversample, platform):
   operands = [pts, rows + ("_q",), rows + ("_coef",)] * 2
   return _sharding.lower(
       ctx, args,
-      _sharding.ffi_per_shard("jaxext_transit_lin_" + _suffix(aval_t.dtype), like,
+      _sharding.ffi_per_shard(_target_name("lin", aval_t.dtype), like,
                               oversample=np.int64(oversample)),
       operands, [pts])
 
@@ -419,7 +413,7 @@ def _vjp_lowering(ctx, t, q, u, ct, *, oversample, platform):
     blocks = -(-per_row // VJP_BLOCK) if t.size else 0
     lead = t.shape[:nrows]
     ct_t, sq, su = jax.ffi.ffi_call(
-        "jaxext_transit_vjp_" + _suffix(t.dtype),
+        _target_name("vjp", t.dtype),
         (jax.ShapeDtypeStruct(t.shape, t.dtype),
          jax.ShapeDtypeStruct(lead + (blocks, NUM_PARAMS), t.dtype),
          jax.ShapeDtypeStruct(lead + (blocks, u.shape[-1]), t.dtype)))(
@@ -435,6 +429,8 @@ def _vjp_lowering(ctx, t, q, u, ct, *, oversample, platform):
 
 
 for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
+  compat.register_lowering(transit_p, functools.partial(_lowering, platform=_platform), _name,
+                           partitioned=True)
   compat.register_lowering(transit_lin_p, functools.partial(_lin_lowering, platform=_platform),
                            _name, partitioned=True)
   compat.register_lowering(transit_vjp_p, functools.partial(_vjp_lowering, platform=_platform),
@@ -450,18 +446,10 @@ def _unfused_vjp(t, q, u, ct, *, oversample):
   return jax.vjp(lambda t, q, u: _unfused_flux(t, q, u, oversample), t, q, u)[1](ct)
 
 
-def _lin_jvp(primals, tangents, *, oversample):
-  tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
-  return jax.jvp(functools.partial(_unfused_lin, oversample=oversample), primals, tangents)
-
-
-def _vjp_jvp(primals, tangents, *, oversample):
-  tangents = tuple(compat.instantiate_zeros(x) for x in tangents)
-  return jax.jvp(functools.partial(_unfused_vjp, oversample=oversample), primals, tangents)
-
-
-compat.register_jvp(transit_lin_p, _lin_jvp)
-compat.register_jvp(transit_vjp_p, _vjp_jvp)
+compat.register_jvp(transit_lin_p, lambda primals, tangents, *, oversample: _unfused_jvp(
+    _unfused_lin, primals, tangents, oversample))
+compat.register_jvp(transit_vjp_p, lambda primals, tangents, *, oversample: _unfused_jvp(
+    _unfused_vjp, primals, tangents, oversample))
 
 
 def _lin_transpose(cts, t, q, u, tt, tq, tu, *, oversample):

@@ -1,4 +1,5 @@
-// Buffer checks shared by the CPU and CUDA handlers of the transit op.
+// Buffer checks and FFI signatures shared by the CPU and CUDA handlers of the transit op (the
+// bindings differ only in their context: thread pool or stream).
 #ifndef JAXEXT_COMMON_TRANSIT_SHAPES_H_
 #define JAXEXT_COMMON_TRANSIT_SHAPES_H_
 
@@ -70,6 +71,71 @@ inline xla::ffi::Error GetTransitShape(size_t t_count, xla::ffi::Span<const int6
   return Error::Success();
 }
 
+// The forward-mode handler's tangents tt, tq, tu have the sizes of t, q and u.
+inline xla::ffi::Error CheckTransitTangents(size_t t, size_t q, size_t u, size_t tt, size_t tq,
+                                            size_t tu) {
+  if (tt != t || tq != q || tu != u) {
+    return xla::ffi::Error::InvalidArgument(
+        "jaxext transit: tangents must have the shapes of t, q and u");
+  }
+  return xla::ffi::Error::Success();
+}
+
+// The reverse-mode handler: `blocks` of `block` points per light curve (the last one shorter),
+// and the sizes of its cotangent (that of t) and of its per-block sums (10 and n per block).
+inline xla::ffi::Error GetTransitVjpBlocks(const TransitShape& shape, int64_t block,
+                                           size_t t_count, size_t ct_count, size_t sq_count,
+                                           size_t su_count, int64_t* blocks) {
+  using xla::ffi::Error;
+  if (block < 1) return Error::InvalidArgument("jaxext transit: block must be positive");
+  *blocks = shape.points == 0 ? 0 : (shape.per_group + block - 1) / block;
+  const int64_t units = shape.groups * *blocks;
+  if (ct_count != t_count || sq_count != static_cast<size_t>(units * transit::kNumParams) ||
+      su_count != static_cast<size_t>(units * shape.order)) {
+    return Error::InvalidArgument(
+        "jaxext transit: the cotangent or the block sums have the wrong size");
+  }
+  return Error::Success();
+}
+
 }  // namespace jaxext
+
+#define JAXEXT_TRANSIT_BUFFER(T) xla::ffi::Buffer<xla::ffi::DataType::T>
+// (t, q, u): what every handler takes first.
+#define JAXEXT_TRANSIT_INPUTS(Context, T) \
+  xla::ffi::Ffi::Bind()                   \
+      .Ctx<Context>()                     \
+      .Arg<JAXEXT_TRANSIT_BUFFER(T)>()    \
+      .Arg<JAXEXT_TRANSIT_BUFFER(T)>()    \
+      .Arg<JAXEXT_TRANSIT_BUFFER(T)>()
+// -> flux.
+#define JAXEXT_TRANSIT_BINDING(Context, T)                                  \
+  JAXEXT_TRANSIT_INPUTS(Context, T)                                         \
+      .Ret<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Attr<int64_t>("oversample")
+// -> (flux, dflux/dq, dflux/du).
+#define JAXEXT_TRANSIT_GRAD_BINDING(Context, T)                             \
+  JAXEXT_TRANSIT_INPUTS(Context, T)                                         \
+      .Ret<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Ret<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Ret<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Attr<int64_t>("oversample")
+// (+ tt, tq, tu) -> the flux's tangent.
+#define JAXEXT_TRANSIT_LIN_BINDING(Context, T)                              \
+  JAXEXT_TRANSIT_INPUTS(Context, T)                                         \
+      .Arg<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Arg<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Arg<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Ret<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Attr<int64_t>("oversample")
+// (+ ct) -> (ct_t, per-block sums for q, for u).
+#define JAXEXT_TRANSIT_VJP_BINDING(Context, T)                              \
+  JAXEXT_TRANSIT_INPUTS(Context, T)                                         \
+      .Arg<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Ret<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Ret<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Ret<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
+      .Attr<int64_t>("oversample")                                          \
+      .Attr<int64_t>("block")
 
 #endif  // JAXEXT_COMMON_TRANSIT_SHAPES_H_

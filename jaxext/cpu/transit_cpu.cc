@@ -316,10 +316,11 @@ ffi::Future TransitLinImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buff
       err.failure()) {
     return ErrorFuture(std::move(err));
   }
-  if (tt.element_count() != t.element_count() || tq.element_count() != q.element_count() ||
-      tu.element_count() != u.element_count()) {
-    return ErrorFuture(ffi::Error::InvalidArgument(
-        "jaxext transit: tangents must have the shapes of t, q and u"));
+  if (ffi::Error err = CheckTransitTangents(t.element_count(), q.element_count(),
+                                            u.element_count(), tt.element_count(),
+                                            tq.element_count(), tu.element_count());
+      err.failure()) {
+    return ErrorFuture(std::move(err));
   }
   using T = ffi::NativeType<dtype>;
   const T *pt = t.typed_data(), *pq = q.typed_data(), *pu = u.typed_data();
@@ -344,17 +345,13 @@ ffi::Future TransitVjpImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buff
       err.failure()) {
     return ErrorFuture(std::move(err));
   }
-  if (block < 1) {
-    return ErrorFuture(ffi::Error::InvalidArgument("jaxext transit: block must be positive"));
+  int64_t blocks;
+  if (ffi::Error err = GetTransitVjpBlocks(shape, block, t.element_count(), ct.element_count(),
+                                           ct_q->element_count(), ct_u->element_count(), &blocks);
+      err.failure()) {
+    return ErrorFuture(std::move(err));
   }
-  const int64_t blocks = shape.points == 0 ? 0 : (shape.per_group + block - 1) / block;
   const int64_t units = shape.groups * blocks;
-  if (ct.element_count() != t.element_count() ||
-      ct_q->element_count() != static_cast<size_t>(units * kQ) ||
-      ct_u->element_count() != static_cast<size_t>(units * shape.order)) {
-    return ErrorFuture(ffi::Error::InvalidArgument(
-        "jaxext transit: the cotangent or the block sums have the wrong size"));
-  }
   using T = ffi::NativeType<dtype>;
   const T *pt = t.typed_data(), *pq = q.typed_data(), *pu = u.typed_data();
   const T* pct = ct.typed_data();
@@ -379,65 +376,22 @@ ffi::Future TransitVjpImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buff
 
 }  // namespace
 
-#define JAXEXT_TRANSIT_CPU_BINDING(T)       \
-  ffi::Ffi::Bind()                          \
-      .Ctx<ffi::ThreadPool>()               \
-      .Arg<ffi::Buffer<ffi::DataType::T>>() \
-      .Arg<ffi::Buffer<ffi::DataType::T>>() \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()
-#define JAXEXT_BUF(T) ffi::Buffer<ffi::DataType::T>
-
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitCpuF32, TransitImpl<ffi::DataType::F32>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F32)
-                                  .Ret<JAXEXT_BUF(F32)>()
-                                  .Attr<int64_t>("oversample"));
+                              JAXEXT_TRANSIT_BINDING(ffi::ThreadPool, F32));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitCpuF64, TransitImpl<ffi::DataType::F64>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F64)
-                                  .Ret<JAXEXT_BUF(F64)>()
-                                  .Attr<int64_t>("oversample"));
+                              JAXEXT_TRANSIT_BINDING(ffi::ThreadPool, F64));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitGradCpuF32, TransitGradImpl<ffi::DataType::F32>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F32)
-                                  .Ret<JAXEXT_BUF(F32)>()
-                                  .Ret<JAXEXT_BUF(F32)>()
-                                  .Ret<JAXEXT_BUF(F32)>()
-                                  .Attr<int64_t>("oversample"));
+                              JAXEXT_TRANSIT_GRAD_BINDING(ffi::ThreadPool, F32));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitGradCpuF64, TransitGradImpl<ffi::DataType::F64>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F64)
-                                  .Ret<JAXEXT_BUF(F64)>()
-                                  .Ret<JAXEXT_BUF(F64)>()
-                                  .Ret<JAXEXT_BUF(F64)>()
-                                  .Attr<int64_t>("oversample"));
+                              JAXEXT_TRANSIT_GRAD_BINDING(ffi::ThreadPool, F64));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitLinCpuF32, TransitLinImpl<ffi::DataType::F32>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F32)
-                                  .Arg<JAXEXT_BUF(F32)>()
-                                  .Arg<JAXEXT_BUF(F32)>()
-                                  .Arg<JAXEXT_BUF(F32)>()
-                                  .Ret<JAXEXT_BUF(F32)>()
-                                  .Attr<int64_t>("oversample"));
+                              JAXEXT_TRANSIT_LIN_BINDING(ffi::ThreadPool, F32));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitLinCpuF64, TransitLinImpl<ffi::DataType::F64>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F64)
-                                  .Arg<JAXEXT_BUF(F64)>()
-                                  .Arg<JAXEXT_BUF(F64)>()
-                                  .Arg<JAXEXT_BUF(F64)>()
-                                  .Ret<JAXEXT_BUF(F64)>()
-                                  .Attr<int64_t>("oversample"));
+                              JAXEXT_TRANSIT_LIN_BINDING(ffi::ThreadPool, F64));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitVjpCpuF32, TransitVjpImpl<ffi::DataType::F32>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F32)
-                                  .Arg<JAXEXT_BUF(F32)>()
-                                  .Ret<JAXEXT_BUF(F32)>()
-                                  .Ret<JAXEXT_BUF(F32)>()
-                                  .Ret<JAXEXT_BUF(F32)>()
-                                  .Attr<int64_t>("oversample")
-                                  .Attr<int64_t>("block"));
+                              JAXEXT_TRANSIT_VJP_BINDING(ffi::ThreadPool, F32));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitVjpCpuF64, TransitVjpImpl<ffi::DataType::F64>,
-                              JAXEXT_TRANSIT_CPU_BINDING(F64)
-                                  .Arg<JAXEXT_BUF(F64)>()
-                                  .Ret<JAXEXT_BUF(F64)>()
-                                  .Ret<JAXEXT_BUF(F64)>()
-                                  .Ret<JAXEXT_BUF(F64)>()
-                                  .Attr<int64_t>("oversample")
-                                  .Attr<int64_t>("block"));
-#undef JAXEXT_BUF
+                              JAXEXT_TRANSIT_VJP_BINDING(ffi::ThreadPool, F64));
 
 }  // namespace cpu
 }  // namespace jaxext

@@ -198,10 +198,11 @@ ffi::Error TransitLinImpl(cudaStream_t stream, ffi::Buffer<dtype> t, ffi::Buffer
       err.failure()) {
     return err;
   }
-  if (tt.element_count() != t.element_count() || tq.element_count() != q.element_count() ||
-      tu.element_count() != u.element_count()) {
-    return ffi::Error::InvalidArgument(
-        "jaxext transit: tangents must have the shapes of t, q and u");
+  if (ffi::Error err = CheckTransitTangents(t.element_count(), q.element_count(),
+                                            u.element_count(), tt.element_count(),
+                                            tq.element_count(), tu.element_count());
+      err.failure()) {
+    return err;
   }
   using T = ffi::NativeType<dtype>;
   return Launch<2, T>(stream, shape, t.typed_data(), q.typed_data(), u.typed_data(),
@@ -220,15 +221,13 @@ ffi::Error TransitVjpImpl(cudaStream_t stream, ffi::Buffer<dtype> t, ffi::Buffer
       err.failure()) {
     return err;
   }
-  if (block < 1) return ffi::Error::InvalidArgument("jaxext transit: block must be positive");
-  const int64_t blocks = shape.points == 0 ? 0 : (shape.per_group + block - 1) / block;
-  const int64_t units = shape.groups * blocks;
-  if (ct.element_count() != t.element_count() ||
-      ct_q->element_count() != static_cast<size_t>(units * kQ) ||
-      ct_u->element_count() != static_cast<size_t>(units * shape.order)) {
-    return ffi::Error::InvalidArgument(
-        "jaxext transit: the cotangent or the block sums have the wrong size");
+  int64_t blocks;
+  if (ffi::Error err = GetTransitVjpBlocks(shape, block, t.element_count(), ct.element_count(),
+                                           ct_q->element_count(), ct_u->element_count(), &blocks);
+      err.failure()) {
+    return err;
   }
+  const int64_t units = shape.groups * blocks;
   if (units == 0) return ffi::Error::Success();
   if (units > (int64_t{1} << 31) - 1) {
     return ffi::Error::InvalidArgument("jaxext transit: too many blocks of points");
@@ -243,68 +242,29 @@ ffi::Error TransitVjpImpl(cudaStream_t stream, ffi::Buffer<dtype> t, ffi::Buffer
 
 }  // namespace
 
-#define JAXEXT_TRANSIT_CUDA_BINDING(T)          \
-  ffi::Ffi::Bind()                              \
-      .Ctx<ffi::PlatformStream<cudaStream_t>>() \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Ret<ffi::Buffer<ffi::DataType::T>>()
-
-#define JAXEXT_TRANSIT_GRAD_CUDA_BINDING(T) \
-  JAXEXT_TRANSIT_CUDA_BINDING(T)            \
-      .Ret<ffi::Buffer<ffi::DataType::T>>() \
-      .Ret<ffi::Buffer<ffi::DataType::T>>()
-
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitCudaF32, TransitImpl<ffi::DataType::F32>,
-                              JAXEXT_TRANSIT_CUDA_BINDING(F32).Attr<int64_t>("oversample"),
+                              JAXEXT_TRANSIT_BINDING(ffi::PlatformStream<cudaStream_t>, F32),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitCudaF64, TransitImpl<ffi::DataType::F64>,
-                              JAXEXT_TRANSIT_CUDA_BINDING(F64).Attr<int64_t>("oversample"),
+                              JAXEXT_TRANSIT_BINDING(ffi::PlatformStream<cudaStream_t>, F64),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitGradCudaF32, TransitGradImpl<ffi::DataType::F32>,
-                              JAXEXT_TRANSIT_GRAD_CUDA_BINDING(F32).Attr<int64_t>("oversample"),
+                              JAXEXT_TRANSIT_GRAD_BINDING(ffi::PlatformStream<cudaStream_t>, F32),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitGradCudaF64, TransitGradImpl<ffi::DataType::F64>,
-                              JAXEXT_TRANSIT_GRAD_CUDA_BINDING(F64).Attr<int64_t>("oversample"),
+                              JAXEXT_TRANSIT_GRAD_BINDING(ffi::PlatformStream<cudaStream_t>, F64),
                               {ffi::Traits::kCmdBufferCompatible});
-
-#define JAXEXT_TRANSIT_LIN_CUDA_BINDING(T)      \
-  ffi::Ffi::Bind()                              \
-      .Ctx<ffi::PlatformStream<cudaStream_t>>() \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Ret<ffi::Buffer<ffi::DataType::T>>()     \
-      .Attr<int64_t>("oversample")
-
-#define JAXEXT_TRANSIT_VJP_CUDA_BINDING(T)      \
-  ffi::Ffi::Bind()                              \
-      .Ctx<ffi::PlatformStream<cudaStream_t>>() \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Arg<ffi::Buffer<ffi::DataType::T>>()     \
-      .Ret<ffi::Buffer<ffi::DataType::T>>()     \
-      .Ret<ffi::Buffer<ffi::DataType::T>>()     \
-      .Ret<ffi::Buffer<ffi::DataType::T>>()     \
-      .Attr<int64_t>("oversample")              \
-      .Attr<int64_t>("block")
-
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitLinCudaF32, TransitLinImpl<ffi::DataType::F32>,
-                              JAXEXT_TRANSIT_LIN_CUDA_BINDING(F32),
+                              JAXEXT_TRANSIT_LIN_BINDING(ffi::PlatformStream<cudaStream_t>, F32),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitLinCudaF64, TransitLinImpl<ffi::DataType::F64>,
-                              JAXEXT_TRANSIT_LIN_CUDA_BINDING(F64),
+                              JAXEXT_TRANSIT_LIN_BINDING(ffi::PlatformStream<cudaStream_t>, F64),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitVjpCudaF32, TransitVjpImpl<ffi::DataType::F32>,
-                              JAXEXT_TRANSIT_VJP_CUDA_BINDING(F32),
+                              JAXEXT_TRANSIT_VJP_BINDING(ffi::PlatformStream<cudaStream_t>, F32),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitVjpCudaF64, TransitVjpImpl<ffi::DataType::F64>,
-                              JAXEXT_TRANSIT_VJP_CUDA_BINDING(F64),
+                              JAXEXT_TRANSIT_VJP_BINDING(ffi::PlatformStream<cudaStream_t>, F64),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace cuda
