@@ -38,6 +38,7 @@ The primitive `transit_p` is defined as jaxlib defines its primitives:
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +69,9 @@ transit_vjp_p = Primitive("jaxext_transit_vjp")
 transit_vjp_p.multiple_results = True
 # Points per block of the reverse-mode kernel's partial sums (summed in order: deterministic).
 VJP_BLOCK = 4096
+# Light curves of at least this many sub-exposures (points x oversample) get the CPU value
+# kernel's occultation from series in b built once per call (see _uses_flux_series).
+FLUX_SERIES_MIN_POINTS = 4096
 
 
 def _safe_sqrt(x):
@@ -274,11 +278,23 @@ def _lowering(ctx, t, q, u, *, grad, oversample, platform):
 
   operands = [pts, rows + ("_q",), rows + ("_coef",)]
   results = [pts] if not grad else [pts, pts + ("_q",), pts + ("_coef",)]
+  attrs = dict(oversample=np.int64(oversample))
+  if not grad:
+    # From the global shapes (these avals), so that every shard of a sharded call decides as the
+    # unsharded call does: the same flux to the last bit.
+    attrs["flux_series"] = np.int64(_uses_flux_series(aval_t.shape, aval_q.ndim - 1, oversample))
   return _sharding.lower(
       ctx, (t, q, u),
-      _sharding.ffi_per_shard(_target_name("grad" if grad else "", aval_t.dtype), like,
-                              oversample=np.int64(oversample)),
+      _sharding.ffi_per_shard(_target_name("grad" if grad else "", aval_t.dtype), like, **attrs),
       operands, results)
+
+
+def _uses_flux_series(t_shape, num_row_axes, oversample):
+  """Whether the CPU value kernel takes the occultation from per-light-curve Chebyshev series in
+  b (jaxext/kernels/transit.h, FluxSeries): for light curves of at least FLUX_SERIES_MIN_POINTS
+  sub-exposures, where building the series' pieces costs less than it saves. Both ways agree to
+  ~1e-15 (tests/transit_test.py); the choice depends on the shapes only."""
+  return math.prod(t_shape[num_row_axes:]) * oversample >= FLUX_SERIES_MIN_POINTS
 
 
 

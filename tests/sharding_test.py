@@ -138,14 +138,16 @@ def test_transit_light_curve_splits_times(mesh1):
 
 
 def test_transit_light_curves_split_along_curves_and_times(mesh2):
-  """Four light curves (per-curve period, radius and law) of 2048 times on a 2 x 2 mesh, and the
+  """Four light curves (per-curve period, radius and law) of 4096 times on a 2 x 2 mesh, and the
   gradient of each curve's chi-square with respect to its own parameters: no gathers (the
-  gradient's sum over each curve's times, split over two devices, is one all-reduce)."""
-  t = np.linspace(-0.3, 0.3, 2048)
+  gradient's sum over each curve's times, split over two devices, is one all-reduce). The flux is
+  bitwise that of the unsharded call: long enough for the CPU kernel's flux series, which each
+  shard uses as the unsharded call does."""
+  t = np.linspace(-0.3, 0.3, 4096)
   periods = np.array([[2.5], [3.0], [3.5], [4.0]])
   radii = np.array([[0.05], [0.1], [0.15], [0.2]])
   u = np.array([[[0.4, 0.26]], [[0.3, 0.2]], [[0.5, 0.1]], [[0.2, 0.3]]])
-  tt = np.broadcast_to(t, (4, 2048))
+  tt = np.broadcast_to(t, (4, 4096))
   sh = NamedSharding(mesh2, P("a", "b"))
   shp = NamedSharding(mesh2, P("a", None))
   model = lambda t, period, r, u: jaxext.transit_light_curve(

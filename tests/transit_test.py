@@ -455,3 +455,60 @@ def test_eccentric_orbit_over_the_window_matches_kepler_solve(ecc):
     unfused = transit_module._unfused_flux(t, q, U, 1)
     assert float(jnp.min(fused)) < 0.99
     np.testing.assert_allclose(fused, unfused, rtol=0, atol=5e-14, err_msg=f"omega={omega}")
+
+
+@pytest.mark.parametrize("r", [0.005, 0.1, 0.45, 0.8, 0.97])
+def test_flux_series_matches_exact_occultation(r):
+  """The CPU value pass takes the occultation along a light curve from Chebyshev series in b built
+  from the exact kernel (transit.h's FluxSeries: pieces graded geometrically towards the contact
+  points b = 1 -/+ r, exact evaluation nearest to them and where a series does not converge).
+  Against the unfused model (jaxext.limb_dark_flux at every time) at times spaced geometrically
+  towards each contact point and b = 1 (so that every piece down to the exact zone gets enough
+  points to be built, and blocks straddle pieces) and uniformly over the transit, for four laws,
+  with and without exposures."""
+  period, t0, a, impact = 3.0, 0.2, 8.0, 0.3
+  cos_i = impact / a
+
+  def time_at(sep):  # circular orbit: sep^2 = a^2 (sin^2 phi + cos_i^2 cos^2 phi)
+    return t0 + period / (2 * np.pi) * np.arcsin(np.sqrt(((sep / a)**2 - cos_i**2) / (1 - cos_i**2)))
+
+  steps = 0.01 * 2.0**-np.linspace(0.0, 40.0, 4001)
+  ts = [np.linspace(t0 - 0.2, t0 + 0.2, 20001)]
+  for sep in (1 - r, 1.0, 1 + r):
+    if sep > impact:
+      ts += [time_at(sep) - steps, time_at(sep) + steps]
+  t = jnp.asarray(np.sort(np.concatenate(ts)))
+  for u in ([0.5], [0.4, 0.26], [0.9, -0.3], [0.1, 0.2, 0.3, 0.1]):
+    for texp, oversample in ((0.0, 1), (0.004, 5)):
+      q = transit_module._kernel_params(period=period, t0=t0, a=a, r=r, impact=impact,
+                                        inclination=None, ecc=0.0, omega=0.0, texp=texp)
+      u = jnp.asarray(u)
+      (fused,) = transit_module.transit_p.bind(t, q, u, grad=False, oversample=oversample)
+      exact = transit_module._unfused_flux(t, q, u, oversample)
+      assert float(jnp.min(fused)) < 1 - 0.5 * r * r
+      np.testing.assert_allclose(fused, exact, rtol=0, atol=2e-15,
+                                 err_msg=f"u={u}, oversample={oversample}")
+
+
+def test_flux_does_not_depend_on_chunking():
+  """The flux series' pieces are built by whichever chunk of the CPU kernel first needs them, from
+  r and the law only, and every lane step runs on whole vector blocks: a light curve's flux (and
+  its derivatives) is bitwise the same alone and among others (other chunk boundaries, other
+  threads, other block alignment), with and without exposures."""
+  t = jnp.linspace(-0.25, 0.35, 30001)
+  for texp in (None, 0.01):
+    kw = dict(t0=0.05, a=9.0, impact=0.2, r=0.12, u=U, ecc=0.2, omega=0.4, texp=texp)
+    alone = jaxext.transit_light_curve(t, period=3.0, **kw)
+    periods = jnp.array([[2.0], [2.5], [3.0], [3.7]])
+    among = jaxext.transit_light_curve(jnp.concatenate([t[:7], t]), period=periods, **kw)
+    assert float(jnp.min(alone)) < 0.99
+    np.testing.assert_array_equal(np.asarray(among[2, 7:]), np.asarray(alone))
+  # The derivative kernel (per-point derivatives) likewise.
+  q = transit_module._kernel_params(period=jnp.array([2.0, 3.0]), t0=0.05, a=9.0, r=0.12,
+                                    impact=0.2, inclination=None, ecc=0.2, omega=0.4, texp=0.0)
+  u = jnp.broadcast_to(U, (2, 2))
+  (f1, dq1, du1) = transit_module.transit_p.bind(t, q[1], U, grad=True, oversample=1)
+  (f2, dq2, du2) = transit_module.transit_p.bind(
+      jnp.broadcast_to(jnp.concatenate([t[:7], t]), (2, 30008)), q, u, grad=True, oversample=1)
+  for a, b in ((f1, f2), (dq1, dq2), (du1, du2)):
+    np.testing.assert_array_equal(np.asarray(b[1, 7:]), np.asarray(a))

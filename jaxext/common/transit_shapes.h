@@ -108,11 +108,14 @@ inline xla::ffi::Error GetTransitVjpBlocks(const TransitShape& shape, int64_t bl
       .Arg<JAXEXT_TRANSIT_BUFFER(T)>()    \
       .Arg<JAXEXT_TRANSIT_BUFFER(T)>()    \
       .Arg<JAXEXT_TRANSIT_BUFFER(T)>()
-// -> flux.
+// -> flux. flux_series (0/1): whether the CPU may take the occultation from per-light-curve series
+// in b (transit.h's FluxSeries; jaxext/transit.py decides from the global light-curve length, so
+// a sharded call computes what the unsharded one does); the CUDA kernel ignores it.
 #define JAXEXT_TRANSIT_BINDING(Context, T)                                  \
   JAXEXT_TRANSIT_INPUTS(Context, T)                                         \
       .Ret<JAXEXT_TRANSIT_BUFFER(T)>()                                      \
-      .Attr<int64_t>("oversample")
+      .Attr<int64_t>("oversample")                                          \
+      .Attr<int64_t>("flux_series")
 // -> (flux, dflux/dq, dflux/du).
 #define JAXEXT_TRANSIT_GRAD_BINDING(Context, T)                             \
   JAXEXT_TRANSIT_INPUTS(Context, T)                                         \

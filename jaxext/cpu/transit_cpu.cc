@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <atomic>
+#include <memory>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -42,35 +46,192 @@ JAXEXT_CPU_CLONES void KeplerLanes(const double* __restrict M, double e, double*
   for (int j = 0; j < n; ++j) kepler::solve(M[j], e, &s[j], &c[j]);
 }
 // sin E, cos E from the orbit's Chebyshev series (Clenshaw), x clamped to [-1, 1]: times out of
-// the window get finite values, which are not used.
+// the window get finite values, which are not used. Blocks of 32 lanes (n rounded up: the arrays
+// hold kPiece values), as four vectors of 8 whose recurrences stay in registers and overlap
+// (see ClenshawLanes below).
+typedef double Vec8 __attribute__((vector_size(64)));
+constexpr int kVecs = 4, kBlock = 8 * kVecs;
+static_assert(kPiece % kBlock == 0, "Clenshaw blocks tile a piece");
 JAXEXT_CPU_CLONES void ChebyshevLanes(const transit::Orbit& o, const double* __restrict M,
                                       double* __restrict s, double* __restrict c, int n) {
   const double shift = o.q[transit::kMtr] + o.cheb_mid, scale = o.cheb_scale;
-  double x2[kPiece], s1[kPiece], s2[kPiece], c1[kPiece], c2[kPiece];
+  double x2[kPiece];
   for (int j = 0; j < n; ++j) {
-    double x = (M[j] - shift) * scale;
+    const double x = (M[j] - shift) * scale;
     x2[j] = 2.0 * (x > 1.0 ? 1.0 : (x < -1.0 ? -1.0 : x));
-    s1[j] = s2[j] = c1[j] = c2[j] = 0.0;
   }
-  for (int k = o.cheb_n - 1; k >= 1; --k) {  // Clenshaw, the lanes innermost
-    const double ck_s = o.cheb_sin[k], ck_c = o.cheb_cos[k];
-    for (int j = 0; j < n; ++j) {
-      const double ns = x2[j] * s1[j] - s2[j] + ck_s;
-      const double nc = x2[j] * c1[j] - c2[j] + ck_c;
-      s2[j] = s1[j];
-      s1[j] = ns;
-      c2[j] = c1[j];
-      c1[j] = nc;
+  for (int j = n; j < kPiece; ++j) x2[j] = 0.0;
+  for (int j0 = 0; j0 < n; j0 += kBlock) {
+    Vec8 x[kVecs], s1[kVecs], s2[kVecs], c1[kVecs], c2[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) {
+      std::memcpy(&x[v], x2 + j0 + 8 * v, sizeof(Vec8));
+      s1[v] = s2[v] = c1[v] = c2[v] = Vec8{};
     }
-  }
-  for (int j = 0; j < n; ++j) {
-    s[j] = 0.5 * x2[j] * s1[j] - s2[j] + o.cheb_sin[0];
-    c[j] = 0.5 * x2[j] * c1[j] - c2[j] + o.cheb_cos[0];
+    for (int k = o.cheb_n - 1; k >= 1; --k) {
+      const double ck_s = o.cheb_sin[k], ck_c = o.cheb_cos[k];
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) {
+        const Vec8 ns = x[v] * s1[v] + (ck_s - s2[v]);
+        const Vec8 nc = x[v] * c1[v] + (ck_c - c2[v]);
+        s2[v] = s1[v];
+        s1[v] = ns;
+        c2[v] = c1[v];
+        c1[v] = nc;
+      }
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) {
+      const Vec8 sv = 0.5 * x[v] * s1[v] - s2[v] + o.cheb_sin[0];
+      const Vec8 cv = 0.5 * x[v] * c1[v] - c2[v] + o.cheb_cos[0];
+      std::memcpy(s + j0 + 8 * v, &sv, sizeof(Vec8));
+      std::memcpy(c + j0 + 8 * v, &cv, sizeof(Vec8));
+    }
   }
 }
 JAXEXT_CPU_CLONES void SinCosLanes(const double* __restrict M, double* __restrict s,
                                    double* __restrict c, int n) {
   for (int j = 0; j < n; ++j) kepler::sincos(M[j], &s[j], &c[j]);
+}
+
+// Each sub-exposure's piece of the flux series and x in it (transit::LocateFlux); the lanes past
+// n get piece kFluxOne and x = 0 (whole blocks of lanes can then be evaluated).
+JAXEXT_CPU_CLONES void LocateLanes(const transit::FluxSeries& s, const double* __restrict b,
+                                   double* __restrict piece, double* __restrict x, int n) {
+  for (int j = 0; j < n; ++j) transit::LocateFlux(s, b[j], &piece[j], &x[j]);
+  for (int j = n; j < kPiece; ++j) {
+    piece[j] = transit::kFluxOne;
+    x[j] = 0.0;
+  }
+}
+
+// f = 1 - the series c at x (Clenshaw) for blocks of 32 lanes (n rounded up; x and f hold kPiece
+// values): four vectors of 8 per block, their recurrences in registers and independent, so that
+// their latencies overlap (c_k - u2 is off the critical path: one FMA per term on it).
+JAXEXT_CPU_CLONES void ClenshawLanes(const double* __restrict c, int terms,
+                                     const double* __restrict x, double* __restrict f, int n) {
+  for (int j0 = 0; j0 < n; j0 += kBlock) {
+    Vec8 x2[kVecs], u1[kVecs], u2[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) {
+      std::memcpy(&x2[v], x + j0 + 8 * v, sizeof(Vec8));
+      x2[v] += x2[v];
+      u1[v] = u2[v] = Vec8{};
+    }
+    for (int k = terms - 1; k >= 1; --k) {
+      const double ck = c[k];
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) {
+        const Vec8 next = x2[v] * u1[v] + (ck - u2[v]);
+        u2[v] = u1[v];
+        u1[v] = next;
+      }
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) {
+      const Vec8 out = 1.0 - (0.5 * x2[v] * u1[v] - u2[v] + c[0]);
+      std::memcpy(f + j0 + 8 * v, &out, sizeof(Vec8));
+    }
+  }
+}
+
+// A light curve's flux series shared by the chunks of one call (built pieces are published to
+// all of them; a piece is built once). Piece states: 0 not built, 1 being built, 2 series,
+// 3 exact. Whichever chunk builds a piece, its coefficients are the same (BuildFluxPiece depends
+// on r, the law and the piece only), so results never depend on the chunking.
+struct SharedFluxSeries {
+  transit::FluxSeries s;
+  std::atomic<int> state[transit::kFluxPieces + 2];
+  SharedFluxSeries(double r) {
+    transit::InitFluxSeries(r, &s);
+    for (int i = 0; i < transit::kFluxPieces; ++i) state[i].store(0, std::memory_order_relaxed);
+    state[transit::kFluxOne].store(2, std::memory_order_relaxed);
+    state[transit::kFluxExact].store(3, std::memory_order_relaxed);
+  }
+  // The piece's state once settled (2 or 3), building it if no chunk has.
+  int Settle(const limbdark::Law& law, int piece) {
+    int st = state[piece].load(std::memory_order_acquire);
+    if (st >= 2) return st;
+    int expected = 0;
+    if (st == 0 && state[piece].compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      st = transit::BuildFluxPiece(&s, law, piece) ? 2 : 3;
+      state[piece].store(st, std::memory_order_release);
+      return st;
+    }
+    while ((st = state[piece].load(std::memory_order_acquire)) == 1) std::this_thread::yield();
+    return st;
+  }
+};
+
+// Per call: one lazily allocated SharedFluxSeries per light curve (most calls have one or a few
+// light curves; an array of pointers for the rest).
+class FluxTables {
+ public:
+  explicit FluxTables(int64_t curves)
+      : n_(curves), tables_(new std::atomic<SharedFluxSeries*>[static_cast<size_t>(curves)]) {
+    for (int64_t g = 0; g < n_; ++g) tables_[g].store(nullptr, std::memory_order_relaxed);
+  }
+  ~FluxTables() {
+    for (int64_t g = 0; g < n_; ++g) delete tables_[g].load(std::memory_order_relaxed);
+  }
+  SharedFluxSeries* Get(int64_t g, double r) {
+    SharedFluxSeries* t = tables_[g].load(std::memory_order_acquire);
+    if (t != nullptr) return t;
+    auto* fresh = new SharedFluxSeries(r);
+    if (tables_[g].compare_exchange_strong(t, fresh, std::memory_order_acq_rel)) return fresh;
+    delete fresh;  // another chunk published first
+    return t;
+  }
+
+ private:
+  int64_t n_;
+  std::unique_ptr<std::atomic<SharedFluxSeries*>[]> tables_;
+};
+
+// The value pass's occultation for n <= kPiece sub-exposures of one light curve from its flux
+// series. The common case -- every sub-exposure in one piece with a series -- is one Clenshaw
+// pass. Otherwise the pass runs once per piece present (each lane keeps its own piece's result)
+// and the exact kernel takes the blocks of kLanes holding lanes without a series: a lane's flux is
+// computed the same way wherever it falls among the lanes. f must hold kPiece values.
+JAXEXT_CPU_CLONES void SeriesFluxLanes(SharedFluxSeries& shared, const limbdark::Law& law,
+                                       const double* __restrict b, double* __restrict f, int n) {
+  const transit::FluxSeries& s = shared.s;
+  double piece[kPiece], x[kPiece];
+  LocateLanes(s, b, piece, x, n);
+  const double p0 = piece[0];
+  int64_t others = 0;
+  for (int j = 1; j < n; ++j) others += piece[j] != p0 ? 1 : 0;
+  const int first = static_cast<int>(p0);
+  if (others == 0 && shared.Settle(law, first) == 2) {
+    ClenshawLanes(s.c[first], s.terms[first], x, f, n);
+    return;
+  }
+  // Lanes without a series, per block of kLanes: the exact kernel.
+  for (int j0 = 0; j0 < n; j0 += limbdark::kLanes) {
+    const int cnt = std::min(limbdark::kLanes, n - j0);
+    bool exact = false;
+    for (int l = 0; l < cnt; ++l) {
+      exact = exact || shared.Settle(law, static_cast<int>(piece[j0 + l])) == 3;
+    }
+    if (exact) transit::ExactFlux(s, law, b + j0, f + j0, cnt);
+  }
+  // The pieces with a series, one pass each.
+  double done[kPiece], g[kPiece];
+  for (int j = 0; j < kPiece; ++j) done[j] = 0.0;
+  for (int j = 0; j < n; ++j) {
+    if (done[j] != 0.0) continue;
+    const int id = static_cast<int>(piece[j]);
+    if (shared.Settle(law, id) != 2) {
+      done[j] = 1.0;
+      continue;
+    }
+    ClenshawLanes(s.c[id], s.terms[id], x, g, n);
+    for (int m = j; m < n; ++m) {
+      const bool mine = piece[m] == piece[j];
+      f[m] = mine ? g[m] : f[m];
+      done[m] = mine ? 1.0 : done[m];
+    }
+  }
 }
 
 // What a pass does with each point's flux and derivatives (already averaged over its
@@ -126,123 +287,138 @@ struct VjpSink {
   }
 };
 
-// Points [begin, end) of light curves sharing per_group points each. Inlined into the
-// target_clones wrappers below, so each gets its own vector code.
+// Points [begin, end) of light curves sharing per_group points each, in blocks of up to kPiece
+// points: for each sub-exposure k in turn, the k-th sub-exposures of the block's points go through
+// the steps together (neighbouring times: one piece of the flux series, mostly), and each point's
+// sums over its sub-exposures run in k order. Inlined into the target_clones wrappers below, so
+// each gets its own vector code.
 template <typename Sink, typename T>
 inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, const T* u,
                                                        const TransitShape& shape, int64_t begin,
-                                                       int64_t end, Sink& sink) {
+                                                       int64_t end, Sink& sink,
+                                                       FluxTables* tables) {
   constexpr bool kGrad = Sink::kGrad;
   const int order = shape.order;
   const int K = shape.oversample;
   const double inv_k = 1.0 / K;
   limbdark::Law law;
   transit::Orbit orbit;
-  // Per sub-exposure of a piece (structure of arrays: each step below is a vectorisable loop).
-  double ts[kPiece], off[kPiece], dts[kPiece], M[kPiece], sE[kPiece], cE[kPiece], b[kPiece];
+  // Per lane (one sub-exposure of each point of the block; structure of arrays: each step below
+  // is a vectorisable loop).
+  double tp[kPiece], ts[kPiece], dts[kPiece], M[kPiece], sE[kPiece], cE[kPiece], b[kPiece];
   int64_t in_window[kPiece], active[kPiece];  // 0/1, a double's width: the loops vectorise
   double f[kPiece], fb[kPiece], fr[kPiece], fu[kPiece * limbdark::kMaxOrder];
-  double db[kGrad ? kQ * kPiece : 1];  // db/dq_m of sub-exposure j at db[m * kPiece + j]
-  // Running sums for the point whose sub-exposures are being reduced.
-  double acc_f = 0.0, acc_q[kQ], acc_u[limbdark::kMaxOrder];
+  double db[kGrad ? kQ * kPiece : 1];  // db/dq_m of lane j at db[m * kPiece + j]
+  // Per point of the block: the sums over its sub-exposures (derivatives at [m * kPiece + j]).
+  double acc_f[kPiece];
+  double acc_q[kGrad ? kQ * kPiece : 1], acc_u[kGrad ? limbdark::kMaxOrder * kPiece : 1];
+  double point_q[kQ], point_u[limbdark::kMaxOrder];
   for (int64_t i = begin; i < end;) {
     const int64_t g = i / shape.per_group;
     const int64_t stop = std::min(end, (g + 1) * shape.per_group);
     limbdark::MakeLaw(u + g * order, order, &law);
     transit::MakeOrbit(q + g * kQ, law, &orbit);
-    bool expanded = false;  // the orbit's Chebyshev series: built when first needed
+    bool expanded = false;      // the orbit's Chebyshev series: built when first needed
+    SharedFluxSeries* series = nullptr;  // the value pass's flux series, if used
     const double r = orbit.q[transit::kRadius];
     const double texp = orbit.q[transit::kTexp];
-    for (int64_t s = i * K; s < stop * K; s += kPiece) {
-      const int cnt = static_cast<int>(std::min<int64_t>(kPiece, stop * K - s));
-      if (K == 1) {
-        for (int j = 0; j < cnt; ++j) {
-          ts[j] = static_cast<double>(t[s + j]);
-          off[j] = 0.0;
-        }
-      } else {  // (point, sub-exposure) counters: no integer division per sub-exposure
-        int64_t p = s / K;
-        int k = static_cast<int>(s - p * K);
-        for (int j = 0; j < cnt; ++j) {
-          off[j] = transit::Offset(k, K);
-          ts[j] = static_cast<double>(t[p]) + texp * off[j];
-          if (++k == K) {
-            k = 0;
-            ++p;
-          }
-        }
-      }
-      PhaseLanes(orbit, ts, dts, M, in_window, cnt);
-      int64_t any = 0;
-      for (int j = 0; j < cnt; ++j) any |= in_window[j];
-      if (any == 0 && orbit.valid) {  // the whole piece out of transit: flux 1
-        for (int j = 0; j < cnt; ++j) {
-          f[j] = 1.0;
-          active[j] = 0;
-        }
-      } else {
-        if (!expanded) {
-          transit::ExpandOrbit(&orbit);
-          expanded = true;
-        }
-        if (orbit.circular) {
-          SinCosLanes(M, sE, cE, cnt);
-        } else if (orbit.cheb_n > 0) {
-          ChebyshevLanes(orbit, M, sE, cE, cnt);
-        } else {
-          KeplerLanes(M, orbit.q[transit::kEcc], sE, cE, cnt);
-        }
-        for (int j = 0; j < cnt; ++j) {
-          b[j] = transit::Geometry<kGrad>(orbit, dts[j], off[j], sE[j], cE[j], in_window[j],
-                                          &active[j], kGrad ? db + j : nullptr, kPiece);
-        }
-        if (order <= 2) {
-          for (int j = 0; j < cnt; j += limbdark::kLanes) {
-            const int c = std::min(limbdark::kLanes, cnt - j);
-            limbdark::EvaluateLanes<kGrad, double>(b + j, &r, 0, c, law, f + j,
-                                                   kGrad ? fb + j : nullptr,
-                                                   kGrad ? fr + j : nullptr,
-                                                   kGrad ? fu + j * order : nullptr);
+    for (int64_t p0 = i; p0 < stop; p0 += kPiece) {
+      const int cnt = static_cast<int>(std::min<int64_t>(kPiece, stop - p0));
+      // The lane steps run on whole blocks of kLanes (the last lanes repeat the last time): every
+      // lane takes a loop's vector body, never its scalar remainder, whose rounding may differ
+      // (FMA contraction): a point's flux does not depend on where the chunks start.
+      const int lanes = (cnt + limbdark::kLanes - 1) / limbdark::kLanes * limbdark::kLanes;
+      for (int j = 0; j < cnt; ++j) tp[j] = static_cast<double>(t[p0 + j]);
+      for (int j = cnt; j < lanes; ++j) tp[j] = tp[cnt - 1];
+      for (int k = 0; k < K; ++k) {
+        const double off = K == 1 ? 0.0 : transit::Offset(k, K);
+        for (int j = 0; j < lanes; ++j) ts[j] = tp[j] + texp * off;
+        PhaseLanes(orbit, K == 1 ? tp : ts, dts, M, in_window, lanes);
+        int64_t any = 0;
+        for (int j = 0; j < lanes; ++j) any |= in_window[j];
+        if (any == 0 && orbit.valid) {  // every lane out of transit: flux 1
+          for (int j = 0; j < lanes; ++j) {
+            f[j] = 1.0;
+            active[j] = 0;
           }
         } else {
-          for (int j = 0; j < cnt; ++j) {
-            limbdark::Evaluate<kGrad>(b[j], r, law, &f[j], &fb[j], &fr[j], fu + j * order);
+          if (!expanded) {
+            transit::ExpandOrbit(&orbit);
+            expanded = true;
+          }
+          if (orbit.circular) {
+            SinCosLanes(M, sE, cE, lanes);
+          } else if (orbit.cheb_n > 0) {
+            ChebyshevLanes(orbit, M, sE, cE, lanes);
+          } else {
+            KeplerLanes(M, orbit.q[transit::kEcc], sE, cE, lanes);
+          }
+          for (int j = 0; j < lanes; ++j) {
+            b[j] = transit::Geometry<kGrad>(orbit, dts[j], off, sE[j], cE[j], in_window[j],
+                                            &active[j], kGrad ? db + j : nullptr, kPiece);
+          }
+          if (tables != nullptr && series == nullptr &&
+              transit::FluxSeriesApplies(r, law, orbit.valid)) {
+            series = tables->Get(g, r);
+          }
+          if (series != nullptr) {
+            SeriesFluxLanes(*series, law, b, f, lanes);
+          } else if (order <= 2) {
+            for (int j = 0; j < lanes; j += limbdark::kLanes) {
+              const int c = limbdark::kLanes;
+              limbdark::EvaluateLanes<kGrad, double>(b + j, &r, 0, c, law, f + j,
+                                                     kGrad ? fb + j : nullptr,
+                                                     kGrad ? fr + j : nullptr,
+                                                     kGrad ? fu + j * order : nullptr);
+            }
+          } else {
+            for (int j = 0; j < cnt; ++j) {
+              limbdark::Evaluate<kGrad>(b[j], r, law, &f[j], &fb[j], &fr[j], fu + j * order);
+            }
+          }
+        }
+        if (K == 1) break;  // f (and the lane derivatives) are the points'
+        // Sums over the sub-exposures, in k order (inactive lanes: flux 1 whatever the
+        // parameters, no derivatives).
+        for (int j = 0; j < lanes; ++j) acc_f[j] = (k == 0 ? 0.0 : acc_f[j]) + f[j];
+        if constexpr (kGrad) {
+          for (int m = 0; m < kQ; ++m) {
+            double* aq = acc_q + m * kPiece;
+            const double* dbm = db + m * kPiece;
+            for (int j = 0; j < lanes; ++j) {
+              double add = active[j] ? fb[j] * dbm[j] : 0.0;
+              if (m == transit::kRadius) add += active[j] ? fr[j] : 0.0;
+              aq[j] = (k == 0 ? 0.0 : aq[j]) + add;
+            }
+          }
+          for (int m = 0; m < order; ++m) {
+            double* au = acc_u + m * kPiece;
+            for (int j = 0; j < lanes; ++j) {
+              au[j] = (k == 0 ? 0.0 : au[j]) + (active[j] ? fu[j * order + m] : 0.0);
+            }
           }
         }
       }
       if constexpr (!kGrad) {
-        if (K == 1) {  // one sub-exposure per point: the fluxes are the points'
-          for (int j = 0; j < cnt; ++j) sink.Point(s + j, g, f[j], nullptr, nullptr, order);
-          continue;
-        }
-      }
-      // Reduce the sub-exposures onto their points.
-      int64_t p = s / K;
-      int k = static_cast<int>(s - p * K);
-      for (int j = 0; j < cnt; ++j, ++k) {
-        if (k == K) {
-          k = 0;
-          ++p;
-        }
-        if (k == 0) {
-          acc_f = 0.0;
-          if (kGrad) {
-            for (int m = 0; m < kQ; ++m) acc_q[m] = 0.0;
-            for (int m = 0; m < order; ++m) acc_u[m] = 0.0;
+        if (K == 1) {
+          for (int j = 0; j < cnt; ++j) sink.Point(p0 + j, g, f[j], nullptr, nullptr, order);
+        } else {
+          for (int j = 0; j < cnt; ++j) {
+            sink.Point(p0 + j, g, acc_f[j] * inv_k, nullptr, nullptr, order);
           }
         }
-        acc_f += f[j];
-        if (kGrad && active[j]) {  // (inactive: flux 1 whatever the parameters)
-          for (int m = 0; m < kQ; ++m) acc_q[m] += fb[j] * db[m * kPiece + j];
-          acc_q[transit::kRadius] += fr[j];
-          for (int m = 0; m < order; ++m) acc_u[m] += fu[j * order + m];
+      } else if (K == 1) {
+        for (int j = 0; j < cnt; ++j) {
+          for (int m = 0; m < kQ; ++m) point_q[m] = active[j] ? fb[j] * db[m * kPiece + j] : 0.0;
+          point_q[transit::kRadius] += active[j] ? fr[j] : 0.0;
+          for (int m = 0; m < order; ++m) point_u[m] = active[j] ? fu[j * order + m] : 0.0;
+          sink.Point(p0 + j, g, f[j], point_q, point_u, order);
         }
-        if (k == K - 1) {
-          if (kGrad && K > 1) {
-            for (int m = 0; m < kQ; ++m) acc_q[m] *= inv_k;
-            for (int m = 0; m < order; ++m) acc_u[m] *= inv_k;
-          }
-          sink.Point(p, g, acc_f * inv_k, acc_q, acc_u, order);
+      } else {
+        for (int j = 0; j < cnt; ++j) {
+          for (int m = 0; m < kQ; ++m) point_q[m] = acc_q[m * kPiece + j] * inv_k;
+          for (int m = 0; m < order; ++m) point_u[m] = acc_u[m * kPiece + j] * inv_k;
+          sink.Point(p0 + j, g, acc_f[j] * inv_k, point_q, point_u, order);
         }
       }
     }
@@ -253,8 +429,9 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
 // One clone set per (mode, dtype).
 #define JAXEXT_TRANSIT_LOOP(NAME, SINK, T)                                                   \
   JAXEXT_CPU_CLONES void NAME(const T* t, const T* q, const T* u, const TransitShape& shape,  \
-                              int64_t begin, int64_t end, SINK<T>& sink) {                   \
-    TransitLoop<SINK<T>, T>(t, q, u, shape, begin, end, sink);                               \
+                              int64_t begin, int64_t end, SINK<T>& sink,                     \
+                              FluxTables* tables = nullptr) {                                \
+    TransitLoop<SINK<T>, T>(t, q, u, shape, begin, end, sink, tables);                       \
   }
 JAXEXT_TRANSIT_LOOP(Loop, ValueSink, double)
 JAXEXT_TRANSIT_LOOP(Loop, ValueSink, float)
@@ -268,7 +445,8 @@ JAXEXT_TRANSIT_LOOP(Loop, VjpSink, float)
 
 template <ffi::DataType dtype>
 ffi::Future TransitImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buffer<dtype> q,
-                        ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux, int64_t oversample) {
+                        ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux, int64_t oversample,
+                        int64_t flux_series) {
   TransitShape shape;
   if (ffi::Error err = GetTransitShape(t.element_count(), q.dimensions(), u.dimensions(),
                                        oversample, flux->element_count(), nullptr, &shape);
@@ -279,8 +457,10 @@ ffi::Future TransitImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buffer<
   const T *pt = t.typed_data(), *pq = q.typed_data(), *pu = u.typed_data();
   ValueSink<T> sink{flux->typed_data()};
   const int64_t grain = std::max<int64_t>(1, kGrain / shape.oversample);
+  // The light curves' flux series, shared by the chunks (alive until the last one finishes).
+  auto tables = flux_series != 0 ? std::make_shared<FluxTables>(shape.groups) : nullptr;
   return ParallelFor(pool, shape.points, grain, [=](int64_t begin, int64_t end) mutable {
-    Loop(pt, pq, pu, shape, begin, end, sink);
+    Loop(pt, pq, pu, shape, begin, end, sink, tables.get());
   });
 }
 

@@ -158,7 +158,8 @@ ffi::Error Launch(cudaStream_t stream, const TransitShape& shape, const T* t, co
 
 template <ffi::DataType dtype>
 ffi::Error TransitImpl(cudaStream_t stream, ffi::Buffer<dtype> t, ffi::Buffer<dtype> q,
-                       ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux, int64_t oversample) {
+                       ffi::Buffer<dtype> u, ffi::ResultBuffer<dtype> flux, int64_t oversample,
+                       int64_t /*flux_series: the exact occultation per point here*/) {
   TransitShape shape;
   if (ffi::Error err = GetTransitShape(t.element_count(), q.dimensions(), u.dimensions(),
                                        oversample, flux->element_count(), nullptr, &shape);

@@ -19,7 +19,10 @@
 // Circular orbits (e = 0 exactly) take E = M without the Kepler solve. On the CPU, an eccentric
 // orbit with a window takes sin E and cos E over it from Chebyshev series built once per light
 // curve from Kepler solves at 32 nodes (ExpandOrbit), used only where they converge to double
-// precision (else Kepler's equation is solved per time, as on CUDA).
+// precision (else Kepler's equation is solved per time, as on CUDA). Likewise the CPU value pass of
+// a long light curve takes the occultation from piecewise Chebyshev series in b built from the
+// exact kernel (FluxSeries below; within ~1e-15 of it), the derivative passes and CUDA the exact
+// occultation per point.
 //
 // Skipping: per light curve, the range of phi (reduced to (-pi, pi]) outside which the planet is
 // farther than 1 + r from the star in the sky is computed once (a conservative window: it uses
@@ -38,6 +41,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "jaxext/kernels/kepler.h"
 #include "jaxext/kernels/limbdark.h"
@@ -180,6 +184,152 @@ inline void ExpandOrbit(Orbit* o) {
   o->cheb_scale = 2.0 / (hi - lo);
   o->cheb_n = last + 1;
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// The occultation along one light curve (CPU value pass). With r and the law fixed, the flux is a
+// function of b alone, analytic except at the contact points b = 1 - r and b = 1 + r (and, off
+// the real range, b = r - 1 and b = -1 - r): there it behaves like d^2 log d or d^{3/2} in the
+// distance d to the contact. For 0 < r < 1 the range [0, 1 + r) is cut into three sides, each
+// graded geometrically towards its contact point:
+//   side 0: b in [0, 1 - r),      d = (1 - r) - b,  length L0 = 1 - r;
+//   side 1: b in [1 - r, 1),      d = b - (1 - r),  length r;
+//   side 2: b in [1, 1 + r),      d = (1 + r) - b,  length r;
+// piece k of a side holds d / L in [2^{-k-1}, 2^{-k}] (k < kFluxDepth), where the deficit 1 - flux
+// is a Chebyshev series in x = 4 (d / L) 2^k - 3, in [-1, 1]: x is the mantissa of d / L, and
+// every piece sees its nearest singularity at the same relative distance, so a series of ~16 terms
+// reaches double precision on all of them. A piece's series is built from the exact kernel at
+// kFluxNodes Chebyshev nodes when a point first falls in it (BuildFluxPiece: a function of r, the
+// law and the piece only, so every point's flux is a function of its own b, r and law, whatever
+// the order, chunking or thread count in which points are evaluated), and is used only if its
+// last coefficients are at the nodes' rounding level (else that piece is evaluated exactly); terms
+// below kFluxTail are dropped. Points nearer a contact than L 2^-kFluxDepth and non-finite b are
+// evaluated exactly; b >= 1 + r has flux exactly 1. Light curves with r >= 1 are evaluated
+// exactly, and so are short ones (the caller decides: jaxext/transit.py). Host code (the CUDA
+// kernel runs the exact occultation per point); tests/transit_test.py checks it against the exact
+// kernel dense in b.
+// ---------------------------------------------------------------------------------------------
+constexpr int kFluxDepth = 32;
+constexpr int kFluxPieces = 3 * kFluxDepth;
+constexpr int kFluxOne = kFluxPieces;        // b >= 1 + r: deficit 0
+constexpr int kFluxExact = kFluxPieces + 1;  // evaluated by the exact kernel
+constexpr int kFluxNodes = 24;
+constexpr double kFluxNoise = 2e-16;
+constexpr double kFluxTail = 1e-17;
+
+struct FluxSeries {
+  double r;
+  double s0_hi, s0_lo, s2_hi, s2_lo;  // 1 - r and 1 + r as unevaluated sums (exact)
+  double inv_l0, inv_r;               // 1 / (1 - r), 1 / r
+  // Per piece (and kFluxOne): the series' terms and coefficients (zero beyond terms), once built.
+  int terms[kFluxPieces + 1];
+  double c[kFluxPieces + 1][kFluxNodes];
+};
+
+JAXEXT_HD void TwoSum(double a, double b, double* hi, double* lo) {
+  const double s = a + b, bb = s - a;
+  *hi = s;
+  *lo = (a - (s - bb)) + (b - bb);
+}
+
+// Whether a light curve's occultation may come from the series (else exact everywhere).
+inline bool FluxSeriesApplies(double r, const limbdark::Law& law, bool valid) {
+  bool finite = Finite(r);
+  for (int m = 0; m <= law.order; ++m) finite = finite && Finite(law.a[m]);
+  return valid && finite && r > 0.0 && r < 1.0;
+}
+
+// A table for radius r with no piece built (kFluxOne: the empty series).
+inline void InitFluxSeries(double r, FluxSeries* s) {
+  s->r = r;
+  TwoSum(1.0, -r, &s->s0_hi, &s->s0_lo);
+  TwoSum(1.0, r, &s->s2_hi, &s->s2_lo);
+  s->inv_l0 = 1.0 / (1.0 - r);
+  s->inv_r = 1.0 / r;
+  s->terms[kFluxOne] = 0;
+  for (int k = 0; k < kFluxNodes; ++k) s->c[kFluxOne][k] = 0.0;
+}
+
+// The piece of b (as a double: kFluxOne, kFluxExact or side * kFluxDepth + k) and x in it.
+// Branch-free, for the CPU's lane loops.
+inline void LocateFlux(const FluxSeries& s, double b, double* piece, double* x) {
+  // (Every field read unconditionally, then selects: no branches, no conditional loads, so the
+  // CPU's lane loops vectorise.)
+  const double s0_hi = s.s0_hi, s0_lo = s.s0_lo, s2_hi = s.s2_hi, s2_lo = s.s2_lo;
+  const double inv_l0 = s.inv_l0, inv_r = s.inv_r;
+  const double d0 = (s0_hi - b) + s0_lo, d1 = (b - s0_hi) - s0_lo, d2 = (s2_hi - b) + s2_lo;
+  const double side = (b >= s0_hi ? 1.0 : 0.0) + (b >= 1.0 ? 1.0 : 0.0);
+  const double d = side == 2.0 ? d2 : (side == 1.0 ? d1 : d0);
+  const double t = d * (side == 0.0 ? inv_l0 : inv_r);
+  std::uint64_t bits;
+  std::memcpy(&bits, &t, sizeof bits);
+  // k = -1 - floor(log2 t) from the exponent field (the 2^52 trick: no integer conversion), and
+  // the mantissa in [1/2, 1), t 2^k.
+  const std::uint64_t ebits = ((bits >> 52) & 0x7ffull) | 0x4330000000000000ull;
+  const std::uint64_t mbits = (bits & 0x000fffffffffffffull) | 0x3fe0000000000000ull;
+  double ebiased, mant;
+  std::memcpy(&ebiased, &ebits, sizeof ebiased);
+  std::memcpy(&mant, &mbits, sizeof mant);
+  const double k = 1022.0 - (ebiased - 0x1p52);
+  // t = 1 (d = L, the far end of piece 0) has k = -1: it is x = 1 of piece 0.
+  *x = t >= 1.0 ? 1.0 : 4.0 * mant - 3.0;
+  const double in_piece = side * kFluxDepth + (t >= 1.0 ? 0.0 : k);
+  const double other = b >= s2_hi ? 1.0 * kFluxOne : 1.0 * kFluxExact;
+  *piece = ((t > 0.0) & (t <= 1.0) & (k < kFluxDepth)) ? in_piece : other;
+}
+// Exact flux at n values of b (the lane path for laws of order <= 2). Always inlined: each of the
+// CPU handler's per-CPU clones gets its own vector code.
+inline __attribute__((always_inline)) void ExactFlux(const FluxSeries& s, const limbdark::Law& law, const double* b, double* f,
+                      int n) {
+  if (law.order <= 2) {
+    for (int j = 0; j < n; j += limbdark::kLanes) {
+      const int c = n - j < limbdark::kLanes ? n - j : limbdark::kLanes;
+      limbdark::EvaluateLanes<false, double>(b + j, &s.r, 0, c, law, f + j, nullptr, nullptr,
+                                             nullptr);
+    }
+  } else {
+    for (int j = 0; j < n; ++j) limbdark::Evaluate<false>(b[j], s.r, law, &f[j], nullptr, nullptr,
+                                                          nullptr);
+  }
+}
+
+// Builds the series of `piece` < kFluxPieces into s->c[piece], s->terms[piece]: whether it
+// converged (else the piece is evaluated exactly). A function of r, the law and the piece only.
+inline bool BuildFluxPiece(FluxSeries* s, const limbdark::Law& law, int piece) {
+  static const struct Table {  // cos(pi m / (2 kFluxNodes)), m < 4 kFluxNodes
+    double v[4 * kFluxNodes];
+    Table() {
+      for (int m = 0; m < 4 * kFluxNodes; ++m) v[m] = cos(kPi * m / (2 * kFluxNodes));
+    }
+  } table;
+  const int side = piece / kFluxDepth, k = piece % kFluxDepth;
+  const double len = side == 0 ? 1.0 - s->r : s->r;
+  const double scale = ldexp(len, -k) * 0.25;  // d = scale (x + 3)
+  double b[kFluxNodes], f[kFluxNodes];
+  for (int j = 0; j < kFluxNodes; ++j) {
+    const double d = scale * (table.v[2 * j + 1] + 3.0);
+    b[j] = side == 0 ? (s->s0_hi - d) + s->s0_lo
+                     : (side == 1 ? (s->s0_hi + d) + s->s0_lo : (s->s2_hi - d) + s->s2_lo);
+  }
+  ExactFlux(*s, law, b, f, kFluxNodes);
+  bool finite = true;
+  for (int j = 0; j < kFluxNodes; ++j) {
+    f[j] = 1.0 - f[j];  // the deficit: coefficients free of the constant's rounding
+    finite = finite && Finite(f[j]);
+  }
+  if (!finite) return false;
+  double* c = s->c[piece];
+  int last = 0;
+  for (int m = 0; m < kFluxNodes; ++m) {
+    double acc = 0.0;
+    for (int j = 0; j < kFluxNodes; ++j) acc += f[j] * table.v[(m * (2 * j + 1)) % (4 * kFluxNodes)];
+    c[m] = acc * ((m == 0 ? 1.0 : 2.0) / kFluxNodes);
+    if (m >= kFluxNodes - 6 && !(fabs(c[m]) < kFluxNoise)) return false;  // not converged
+    if (fabs(c[m]) >= kFluxTail) last = m;
+  }
+  for (int m = last + 1; m < kFluxNodes; ++m) c[m] = 0.0;
+  s->terms[piece] = last + 1;
+  return true;
 }
 
 // A point far outside the disks' reach: flux exactly 1 on every path of the occultation kernel.
