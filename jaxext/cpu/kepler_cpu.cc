@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "jaxext/common/ffi_helpers.h"
+#include "jaxext/cpu/clones.h"
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/kernels/kepler.h"
 #include "xla/ffi/api/ffi.h"
@@ -15,13 +16,8 @@ namespace cpu {
 namespace {
 
 // One element loop per dtype, cloned for AVX-512, AVX2+FMA and baseline x86-64; the dynamic loader
-// picks the best clone for the running CPU. The loop body is branch-free, so each clone vectorises.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define JAXEXT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define JAXEXT_CPU_CLONES
-#endif
-
+// picks the best clone for the running CPU (clones.h). The loop body is branch-free, so each clone
+// vectorises.
 JAXEXT_CPU_CLONES void KeplerLoopF64(const double* __restrict m, const double* __restrict e,
                                      double* __restrict s, double* __restrict c, int64_t n) {
   for (int64_t i = 0; i < n; ++i) kepler::solve<double>(m[i], e[i], s + i, c + i);

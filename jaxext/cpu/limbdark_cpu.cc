@@ -7,6 +7,7 @@
 
 #include "jaxext/common/ffi_helpers.h"
 #include "jaxext/common/limbdark_shapes.h"
+#include "jaxext/cpu/clones.h"
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/kernels/limbdark.h"
 #include "xla/ffi/api/ffi.h"
@@ -22,11 +23,6 @@ constexpr int64_t kGrain = 4096;
 
 // Laws of order <= 2 go through the lane-parallel path (limbdark::EvaluateLanes), cloned for
 // AVX-512, AVX2+FMA and baseline x86-64 like the Kepler loop; higher orders through Evaluate.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define JAXEXT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define JAXEXT_CPU_CLONES
-#endif
 
 // Always inlined into the target_clones wrappers below, so each gets its own vector code.
 template <bool kGrad, typename T>

@@ -94,6 +94,14 @@ xla::ffi::Error SlotData(const TpAttrs& a, xla::ffi::AnyBuffer* const operands[3
   return xla::ffi::Error::Success();
 }
 
+// tp::AccumulateMode, per CPU (tp_common.cc: AVX-512 / AVX2 / baseline clones).
+void AccumulateRow(int mode, const tp::Path* paths, int64_t n_paths, const int64_t* ci,
+                   const int64_t* cj, const int64_t* ck, const double* cv, const double* x,
+                   const double* y, const double* w, const double* o, double* acc);
+void AccumulateRow(int mode, const tp::Path* paths, int64_t n_paths, const int64_t* ci,
+                   const int64_t* cj, const int64_t* ck, const float* cv, const float* x,
+                   const float* y, const float* w, const float* o, float* acc);
+
 // One result row at a time, for one thread: Reset, Add the contribution of one (x, y, w, out)
 // set of rows (any number of times: a convolution's node adds its edges), Store into e3nn's
 // layout. The Clebsch-Gordan values are shared (converted to T once per call).
@@ -116,9 +124,9 @@ class TpRows {
     const int m = a_.mode;
     if (m != tp::kX) tp::ToMinor(a_.x_terms, a_.n_x_terms, x, x_minor_.data());
     if (m != tp::kOut) tp::ToMinor(a_.out_terms, a_.n_out_terms, o, o_minor_.data());
-    tp::AccumulateMode<T>(m, a_.paths, a_.n_paths, a_.ci, a_.cj, a_.ck, values_->data(),
-                          m != tp::kX ? x_minor_.data() : nullptr, y, w,
-                          m != tp::kOut ? o_minor_.data() : nullptr, acc_.data());
+    AccumulateRow(m, a_.paths, a_.n_paths, a_.ci, a_.cj, a_.ck, values_->data(),
+                  m != tp::kX ? x_minor_.data() : nullptr, y, w,
+                  m != tp::kOut ? o_minor_.data() : nullptr, acc_.data());
   }
 
   void Store(T* dst) const {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "jaxext/common/transit_shapes.h"
+#include "jaxext/cpu/clones.h"
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/kernels/limbdark.h"
 #include "jaxext/kernels/transit.h"
@@ -28,11 +29,6 @@ constexpr int64_t kGrain = 4096;
 constexpr int kPiece = 64;
 constexpr int kQ = transit::kNumParams;
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define JAXEXT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define JAXEXT_CPU_CLONES
-#endif
 
 // The lane loops of the orbit, as functions of their own (cloned per CPU like the whole loop):
 // inside the large loop below GCC leaves them scalar; here each vectorises.
