@@ -293,7 +293,10 @@ def _uses_flux_series(t_shape, num_row_axes, oversample):
   """Whether the CPU value kernel takes the occultation from per-light-curve Chebyshev series in
   b (jaxext/kernels/transit.h, FluxSeries): for light curves of at least FLUX_SERIES_MIN_POINTS
   sub-exposures, where building the series' pieces costs less than it saves. Both ways agree to
-  ~1e-15 (tests/transit_test.py); the choice depends on the shapes only."""
+  ~1e-15 (tests/transit_test.py); the choice depends on the shapes only (the global ones under
+  jit's sharding; inside a user's shard_map, the per-shard ones). The derivative kernels always
+  take the exact occultation: their derivatives are those of the exact model, and the flux they
+  return may differ from this one at that ~1e-15 level."""
   return math.prod(t_shape[num_row_axes:]) * oversample >= FLUX_SERIES_MIN_POINTS
 
 

@@ -458,15 +458,17 @@ def test_eccentric_orbit_over_the_window_matches_kepler_solve(ecc):
 
 
 @pytest.mark.parametrize("r", [0.005, 0.1, 0.45, 0.8, 0.97])
-def test_flux_series_matches_exact_occultation(r):
+@pytest.mark.parametrize("impact", [0.0, 0.3])
+def test_flux_series_matches_exact_occultation(r, impact):
   """The CPU value pass takes the occultation along a light curve from Chebyshev series in b built
   from the exact kernel (transit.h's FluxSeries: pieces graded geometrically towards the contact
   points b = 1 -/+ r, exact evaluation nearest to them and where a series does not converge).
   Against the unfused model (jaxext.limb_dark_flux at every time) at times spaced geometrically
-  towards each contact point and b = 1 (so that every piece down to the exact zone gets enough
-  points to be built, and blocks straddle pieces) and uniformly over the transit, for four laws,
-  with and without exposures."""
-  period, t0, a, impact = 3.0, 0.2, 8.0, 0.3
+  towards each contact point and b = 1 (so that every piece down to the exact zone gets points,
+  and blocks straddle pieces) and uniformly over the transit (through b = 0 for a central one),
+  for four laws, with and without exposures. The series must have been used: the result differs
+  from the kernel's exact pass (the per-point derivative form) somewhere, at rounding level."""
+  period, t0, a = 3.0, 0.2, 8.0
   cos_i = impact / a
 
   def time_at(sep):  # circular orbit: sep^2 = a^2 (sin^2 phi + cos_i^2 cos^2 phi)
@@ -480,35 +482,44 @@ def test_flux_series_matches_exact_occultation(r):
   t = jnp.asarray(np.sort(np.concatenate(ts)))
   for u in ([0.5], [0.4, 0.26], [0.9, -0.3], [0.1, 0.2, 0.3, 0.1]):
     for texp, oversample in ((0.0, 1), (0.004, 5)):
+      assert transit_module._uses_flux_series(t.shape, 0, oversample)
       q = transit_module._kernel_params(period=period, t0=t0, a=a, r=r, impact=impact,
                                         inclination=None, ecc=0.0, omega=0.0, texp=texp)
       u = jnp.asarray(u)
       (fused,) = transit_module.transit_p.bind(t, q, u, grad=False, oversample=oversample)
       exact = transit_module._unfused_flux(t, q, u, oversample)
+      kernel_exact = transit_module.transit_p.bind(t, q, u, grad=True, oversample=oversample)[0]
       assert float(jnp.min(fused)) < 1 - 0.5 * r * r
+      assert np.any(np.asarray(fused) != np.asarray(kernel_exact)), "the series was not used"
       np.testing.assert_allclose(fused, exact, rtol=0, atol=2e-15,
                                  err_msg=f"u={u}, oversample={oversample}")
 
 
 def test_flux_does_not_depend_on_chunking():
-  """The flux series' pieces are built by whichever chunk of the CPU kernel first needs them, from
-  r and the law only, and every lane step runs on whole vector blocks: a light curve's flux (and
-  its derivatives) is bitwise the same alone and among others (other chunk boundaries, other
-  threads, other block alignment), with and without exposures."""
+  """The flux series' pieces are built by whichever chunk of the CPU kernel first needs them (in a
+  table shared by the chunks, or the chunk's own for a light curve inside it), from r and the law
+  only, and every lane step runs on whole vector blocks: a light curve's flux (and its
+  derivatives) is bitwise the same alone and among others (other chunk boundaries, other threads,
+  other block alignment), with and without exposures."""
   t = jnp.linspace(-0.25, 0.35, 30001)
   for texp in (None, 0.01):
     kw = dict(t0=0.05, a=9.0, impact=0.2, r=0.12, u=U, ecc=0.2, omega=0.4, texp=texp)
     alone = jaxext.transit_light_curve(t, period=3.0, **kw)
-    periods = jnp.array([[2.0], [2.5], [3.0], [3.7]])
+    # 16 curves: some with period 3 lie inside one chunk (a chunk-local series table), alone it
+    # straddles chunks (a table shared between them).
+    periods = jnp.array([2.0, 3.0, 3.7, 3.0] * 4)[:, None]
     among = jaxext.transit_light_curve(jnp.concatenate([t[:7], t]), period=periods, **kw)
     assert float(jnp.min(alone)) < 0.99
-    np.testing.assert_array_equal(np.asarray(among[2, 7:]), np.asarray(alone))
+    for row in range(1, 16, 2):
+      np.testing.assert_array_equal(np.asarray(among[row, 7:]), np.asarray(alone))
   # The derivative kernel (per-point derivatives) likewise.
-  q = transit_module._kernel_params(period=jnp.array([2.0, 3.0]), t0=0.05, a=9.0, r=0.12,
-                                    impact=0.2, inclination=None, ecc=0.2, omega=0.4, texp=0.0)
-  u = jnp.broadcast_to(U, (2, 2))
-  (f1, dq1, du1) = transit_module.transit_p.bind(t, q[1], U, grad=True, oversample=1)
-  (f2, dq2, du2) = transit_module.transit_p.bind(
-      jnp.broadcast_to(jnp.concatenate([t[:7], t]), (2, 30008)), q, u, grad=True, oversample=1)
-  for a, b in ((f1, f2), (dq1, dq2), (du1, du2)):
-    np.testing.assert_array_equal(np.asarray(b[1, 7:]), np.asarray(a))
+  for texp, oversample in ((0.0, 1), (0.01, 5)):
+    q = transit_module._kernel_params(period=jnp.array([2.0, 3.0]), t0=0.05, a=9.0, r=0.12,
+                                      impact=0.2, inclination=None, ecc=0.2, omega=0.4, texp=texp)
+    u = jnp.broadcast_to(U, (2, 2))
+    (f1, dq1, du1) = transit_module.transit_p.bind(t, q[1], U, grad=True, oversample=oversample)
+    (f2, dq2, du2) = transit_module.transit_p.bind(
+        jnp.broadcast_to(jnp.concatenate([t[:7], t]), (2, 30008)), q, u, grad=True,
+        oversample=oversample)
+    for a, b in ((f1, f2), (dq1, dq2), (du1, du2)):
+      np.testing.assert_array_equal(np.asarray(b[1, 7:]), np.asarray(a))

@@ -25,7 +25,8 @@ namespace {
 // Tens of ns per point in transit, ~1 ns out of it: below this many points a thread hand-off
 // costs more than it saves.
 constexpr int64_t kGrain = 4096;
-// Sub-exposures handled together: their geometry first, then the occultation in lane blocks.
+// Points handled together (one sub-exposure of each at a time): their orbit and geometry first,
+// then the occultation in lane blocks.
 constexpr int kPiece = 64;
 constexpr int kQ = transit::kNumParams;
 
@@ -138,7 +139,9 @@ JAXEXT_CPU_CLONES void ClenshawLanes(const double* __restrict c, int terms,
 struct SharedFluxSeries {
   transit::FluxSeries s;
   std::atomic<int> state[transit::kFluxPieces + 2];
-  SharedFluxSeries(double r) {
+  explicit SharedFluxSeries(double r) { Reset(r); }
+  // Empty again, for radius r (only while no other thread uses the table).
+  void Reset(double r) {
     transit::InitFluxSeries(r, &s);
     for (int i = 0; i < transit::kFluxPieces; ++i) state[i].store(0, std::memory_order_relaxed);
     state[transit::kFluxOne].store(2, std::memory_order_relaxed);
@@ -159,8 +162,9 @@ struct SharedFluxSeries {
   }
 };
 
-// Per call: one lazily allocated SharedFluxSeries per light curve (most calls have one or a few
-// light curves; an array of pointers for the rest).
+// Per call: a lazily allocated SharedFluxSeries for each light curve that straddles chunks (at
+// most two per chunk; light curves inside one chunk use that chunk's own table, so memory stays
+// bounded however many light curves a call has).
 class FluxTables {
  public:
   explicit FluxTables(int64_t curves)
@@ -309,6 +313,7 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
   double acc_f[kPiece];
   double acc_q[kGrad ? kQ * kPiece : 1], acc_u[kGrad ? limbdark::kMaxOrder * kPiece : 1];
   double point_q[kQ], point_u[limbdark::kMaxOrder];
+  std::unique_ptr<SharedFluxSeries> local;  // the flux series of light curves inside the chunk
   for (int64_t i = begin; i < end;) {
     const int64_t g = i / shape.per_group;
     const int64_t stop = std::min(end, (g + 1) * shape.per_group);
@@ -355,7 +360,16 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
           }
           if (tables != nullptr && series == nullptr &&
               transit::FluxSeriesApplies(r, law, orbit.valid)) {
-            series = tables->Get(g, r);
+            if (g * shape.per_group >= begin && (g + 1) * shape.per_group <= end) {
+              if (local == nullptr) {
+                local = std::make_unique<SharedFluxSeries>(r);
+              } else {
+                local->Reset(r);
+              }
+              series = local.get();  // the light curve lies inside this chunk
+            } else {
+              series = tables->Get(g, r);
+            }
           }
           if (series != nullptr) {
             SeriesFluxLanes(*series, law, b, f, lanes);
@@ -368,7 +382,7 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
                                                      kGrad ? fu + j * order : nullptr);
             }
           } else {
-            for (int j = 0; j < cnt; ++j) {
+            for (int j = 0; j < lanes; ++j) {
               limbdark::Evaluate<kGrad>(b[j], r, law, &f[j], &fb[j], &fr[j], fu + j * order);
             }
           }

@@ -222,6 +222,7 @@ struct FluxSeries {
   double s0_hi, s0_lo, s2_hi, s2_lo;  // 1 - r and 1 + r as unevaluated sums (exact)
   double inv_l0, inv_r;               // 1 / (1 - r), 1 / r
   // Per piece (and kFluxOne): the series' terms and coefficients (zero beyond terms), once built.
+  // (kFluxExact has no row: callers evaluate its points exactly without looking here.)
   int terms[kFluxPieces + 1];
   double c[kFluxPieces + 1][kFluxNodes];
 };
@@ -294,7 +295,12 @@ inline __attribute__((always_inline)) void ExactFlux(const FluxSeries& s, const 
 }
 
 // Builds the series of `piece` < kFluxPieces into s->c[piece], s->terms[piece]: whether it
-// converged (else the piece is evaluated exactly). A function of r, the law and the piece only.
+// converged (else the piece is evaluated exactly). A function of r, the law and the piece only;
+// never inlined, so that one compiled copy (the same instructions, the same rounding) builds every
+// piece whichever call site gets there first.
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
 inline bool BuildFluxPiece(FluxSeries* s, const limbdark::Law& law, int piece) {
   static const struct Table {  // cos(pi m / (2 kFluxNodes)), m < 4 kFluxNodes
     double v[4 * kFluxNodes];
