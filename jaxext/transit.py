@@ -301,7 +301,6 @@ def _uses_flux_series(t_shape, num_row_axes, oversample):
 
 
 
-
 def _per_point(x, ndim):
   """A per-light-curve array x[L + (c,)] shaped to broadcast against per-point [S + (c,)]."""
   return x.reshape(x.shape[:-1] + (1,) * (ndim - (x.ndim - 1)) + x.shape[-1:])

@@ -22,8 +22,8 @@ namespace {
 constexpr int64_t kGrain = 4096;
 
 // Laws of order <= 2 go through the lane-parallel path (limbdark::EvaluateLanes), cloned for
-// AVX-512, AVX2+FMA and baseline x86-64 like the Kepler loop; higher orders through Evaluate.
-
+// AVX-512, AVX2+FMA and baseline x86-64 (clones.h) like the Kepler loop; higher orders through
+// Evaluate.
 // Always inlined into the target_clones wrappers below, so each gets its own vector code.
 template <bool kGrad, typename T>
 inline __attribute__((always_inline)) void LanesLoop(const T* b, const T* r, int64_t rs, int64_t n,

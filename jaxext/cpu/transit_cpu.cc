@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <type_traits>
@@ -30,7 +30,6 @@ constexpr int64_t kGrain = 4096;
 constexpr int kPiece = 64;
 constexpr int kQ = transit::kNumParams;
 
-
 // The lane loops of the orbit, as functions of their own (cloned per CPU like the whole loop):
 // inside the large loop below GCC leaves them scalar; here each vectorises.
 JAXEXT_CPU_CLONES void PhaseLanes(const transit::Orbit& orbit, const double* __restrict ts,
@@ -42,71 +41,16 @@ JAXEXT_CPU_CLONES void KeplerLanes(const double* __restrict M, double e, double*
                                    double* __restrict c, int n) {
   for (int j = 0; j < n; ++j) kepler::solve(M[j], e, &s[j], &c[j]);
 }
-// sin E, cos E from the orbit's Chebyshev series (Clenshaw), x clamped to [-1, 1]: times out of
-// the window get finite values, which are not used. Blocks of 32 lanes (n rounded up: the arrays
-// hold kPiece values), as four vectors of 8 whose recurrences stay in registers and overlap
-// (see ClenshawLanes below).
+// out = sum_k c_k T_k(x), k < terms (Clenshaw), for blocks of 32 lanes (n rounded up; x and out
+// hold kPiece values): four vectors of 8 per block, their recurrences in registers and
+// independent, so that their latencies overlap (c_k - u2 is off the critical path: one FMA per
+// term on it). The orbit's sin E / cos E series and the flux series.
 typedef double Vec8 __attribute__((vector_size(64)));
 constexpr int kVecs = 4, kBlock = 8 * kVecs;
 static_assert(kPiece % kBlock == 0, "Clenshaw blocks tile a piece");
-JAXEXT_CPU_CLONES void ChebyshevLanes(const transit::Orbit& o, const double* __restrict M,
-                                      double* __restrict s, double* __restrict c, int n) {
-  const double shift = o.q[transit::kMtr] + o.cheb_mid, scale = o.cheb_scale;
-  double x2[kPiece];
-  for (int j = 0; j < n; ++j) {
-    const double x = (M[j] - shift) * scale;
-    x2[j] = 2.0 * (x > 1.0 ? 1.0 : (x < -1.0 ? -1.0 : x));
-  }
-  for (int j = n; j < kPiece; ++j) x2[j] = 0.0;
-  for (int j0 = 0; j0 < n; j0 += kBlock) {
-    Vec8 x[kVecs], s1[kVecs], s2[kVecs], c1[kVecs], c2[kVecs];
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) {
-      std::memcpy(&x[v], x2 + j0 + 8 * v, sizeof(Vec8));
-      s1[v] = s2[v] = c1[v] = c2[v] = Vec8{};
-    }
-    for (int k = o.cheb_n - 1; k >= 1; --k) {
-      const double ck_s = o.cheb_sin[k], ck_c = o.cheb_cos[k];
-#pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) {
-        const Vec8 ns = x[v] * s1[v] + (ck_s - s2[v]);
-        const Vec8 nc = x[v] * c1[v] + (ck_c - c2[v]);
-        s2[v] = s1[v];
-        s1[v] = ns;
-        c2[v] = c1[v];
-        c1[v] = nc;
-      }
-    }
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) {
-      const Vec8 sv = 0.5 * x[v] * s1[v] - s2[v] + o.cheb_sin[0];
-      const Vec8 cv = 0.5 * x[v] * c1[v] - c2[v] + o.cheb_cos[0];
-      std::memcpy(s + j0 + 8 * v, &sv, sizeof(Vec8));
-      std::memcpy(c + j0 + 8 * v, &cv, sizeof(Vec8));
-    }
-  }
-}
-JAXEXT_CPU_CLONES void SinCosLanes(const double* __restrict M, double* __restrict s,
-                                   double* __restrict c, int n) {
-  for (int j = 0; j < n; ++j) kepler::sincos(M[j], &s[j], &c[j]);
-}
-
-// Each sub-exposure's piece of the flux series and x in it (transit::LocateFlux); the lanes past
-// n get piece kFluxOne and x = 0 (whole blocks of lanes can then be evaluated).
-JAXEXT_CPU_CLONES void LocateLanes(const transit::FluxSeries& s, const double* __restrict b,
-                                   double* __restrict piece, double* __restrict x, int n) {
-  for (int j = 0; j < n; ++j) transit::LocateFlux(s, b[j], &piece[j], &x[j]);
-  for (int j = n; j < kPiece; ++j) {
-    piece[j] = transit::kFluxOne;
-    x[j] = 0.0;
-  }
-}
-
-// f = 1 - the series c at x (Clenshaw) for blocks of 32 lanes (n rounded up; x and f hold kPiece
-// values): four vectors of 8 per block, their recurrences in registers and independent, so that
-// their latencies overlap (c_k - u2 is off the critical path: one FMA per term on it).
-JAXEXT_CPU_CLONES void ClenshawLanes(const double* __restrict c, int terms,
-                                     const double* __restrict x, double* __restrict f, int n) {
+JAXEXT_CPU_CLONES void ChebyshevSumLanes(const double* __restrict c, int terms,
+                                         const double* __restrict x, double* __restrict out,
+                                         int n) {
   for (int j0 = 0; j0 < n; j0 += kBlock) {
     Vec8 x2[kVecs], u1[kVecs], u2[kVecs];
 #pragma GCC unroll 4
@@ -126,9 +70,39 @@ JAXEXT_CPU_CLONES void ClenshawLanes(const double* __restrict c, int terms,
     }
 #pragma GCC unroll 4
     for (int v = 0; v < kVecs; ++v) {
-      const Vec8 out = 1.0 - (0.5 * x2[v] * u1[v] - u2[v] + c[0]);
-      std::memcpy(f + j0 + 8 * v, &out, sizeof(Vec8));
+      const Vec8 sum = 0.5 * x2[v] * u1[v] - u2[v] + c[0];
+      std::memcpy(out + j0 + 8 * v, &sum, sizeof(Vec8));
     }
+  }
+}
+
+// sin E, cos E from the orbit's Chebyshev series, x clamped to [-1, 1]: times out of the window
+// get finite values, which are not used. s and c hold kPiece values.
+JAXEXT_CPU_CLONES void ChebyshevLanes(const transit::Orbit& o, const double* __restrict M,
+                                      double* __restrict s, double* __restrict c, int n) {
+  const double shift = o.q[transit::kMtr] + o.cheb_mid, scale = o.cheb_scale;
+  double x[kPiece];
+  for (int j = 0; j < n; ++j) {
+    const double xj = (M[j] - shift) * scale;
+    x[j] = xj > 1.0 ? 1.0 : (xj < -1.0 ? -1.0 : xj);
+  }
+  for (int j = n; j < kPiece; ++j) x[j] = 0.0;
+  ChebyshevSumLanes(o.cheb_sin, o.cheb_n, x, s, n);
+  ChebyshevSumLanes(o.cheb_cos, o.cheb_n, x, c, n);
+}
+JAXEXT_CPU_CLONES void SinCosLanes(const double* __restrict M, double* __restrict s,
+                                   double* __restrict c, int n) {
+  for (int j = 0; j < n; ++j) kepler::sincos(M[j], &s[j], &c[j]);
+}
+
+// Each sub-exposure's piece of the flux series and x in it (transit::LocateFlux); the lanes past
+// n get piece kFluxOne and x = 0 (whole blocks of lanes can then be evaluated).
+JAXEXT_CPU_CLONES void LocateLanes(const transit::FluxSeries& s, const double* __restrict b,
+                                   double* __restrict piece, double* __restrict x, int n) {
+  for (int j = 0; j < n; ++j) transit::LocateFlux(s, b[j], &piece[j], &x[j]);
+  for (int j = n; j < kPiece; ++j) {
+    piece[j] = transit::kFluxOne;
+    x[j] = 0.0;
   }
 }
 
@@ -203,7 +177,8 @@ JAXEXT_CPU_CLONES void SeriesFluxLanes(SharedFluxSeries& shared, const limbdark:
   for (int j = 1; j < n; ++j) others += piece[j] != p0 ? 1 : 0;
   const int first = static_cast<int>(p0);
   if (others == 0 && shared.Settle(law, first) == 2) {
-    ClenshawLanes(s.c[first], s.terms[first], x, f, n);
+    ChebyshevSumLanes(s.c[first], s.terms[first], x, f, n);  // the deficit
+    for (int j = 0; j < n; ++j) f[j] = 1.0 - f[j];
     return;
   }
   // Lanes without a series, per block of kLanes: the exact kernel.
@@ -213,7 +188,9 @@ JAXEXT_CPU_CLONES void SeriesFluxLanes(SharedFluxSeries& shared, const limbdark:
     for (int l = 0; l < cnt; ++l) {
       exact = exact || shared.Settle(law, static_cast<int>(piece[j0 + l])) == 3;
     }
-    if (exact) transit::ExactFlux(s, law, b + j0, f + j0, cnt);
+    if (exact) {
+      transit::ExactFlux<false>(s.r, law, b + j0, cnt, f + j0, nullptr, nullptr, nullptr);
+    }
   }
   // The pieces with a series, one pass each.
   double done[kPiece], g[kPiece];
@@ -225,10 +202,10 @@ JAXEXT_CPU_CLONES void SeriesFluxLanes(SharedFluxSeries& shared, const limbdark:
       done[j] = 1.0;
       continue;
     }
-    ClenshawLanes(s.c[id], s.terms[id], x, g, n);
+    ChebyshevSumLanes(s.c[id], s.terms[id], x, g, n);  // the deficit
     for (int m = j; m < n; ++m) {
       const bool mine = piece[m] == piece[j];
-      f[m] = mine ? g[m] : f[m];
+      f[m] = mine ? 1.0 - g[m] : f[m];
       done[m] = mine ? 1.0 : done[m];
     }
   }
@@ -333,7 +310,9 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
       for (int j = cnt; j < lanes; ++j) tp[j] = tp[cnt - 1];
       for (int k = 0; k < K; ++k) {
         const double off = K == 1 ? 0.0 : transit::Offset(k, K);
-        for (int j = 0; j < lanes; ++j) ts[j] = tp[j] + texp * off;
+        if (K > 1) {
+          for (int j = 0; j < lanes; ++j) ts[j] = tp[j] + texp * off;
+        }
         PhaseLanes(orbit, K == 1 ? tp : ts, dts, M, in_window, lanes);
         int64_t any = 0;
         for (int j = 0; j < lanes; ++j) any |= in_window[j];
@@ -358,8 +337,8 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
             b[j] = transit::Geometry<kGrad>(orbit, dts[j], off, sE[j], cE[j], in_window[j],
                                             &active[j], kGrad ? db + j : nullptr, kPiece);
           }
-          if (tables != nullptr && series == nullptr &&
-              transit::FluxSeriesApplies(r, law, orbit.valid)) {
+          // (valid: r and the law finite, r > 0.)
+          if (tables != nullptr && series == nullptr && orbit.valid && r < 1.0) {
             if (g * shape.per_group >= begin && (g + 1) * shape.per_group <= end) {
               if (local == nullptr) {
                 local = std::make_unique<SharedFluxSeries>(r);
@@ -373,18 +352,8 @@ inline __attribute__((always_inline)) void TransitLoop(const T* t, const T* q, c
           }
           if (series != nullptr) {
             SeriesFluxLanes(*series, law, b, f, lanes);
-          } else if (order <= 2) {
-            for (int j = 0; j < lanes; j += limbdark::kLanes) {
-              const int c = limbdark::kLanes;
-              limbdark::EvaluateLanes<kGrad, double>(b + j, &r, 0, c, law, f + j,
-                                                     kGrad ? fb + j : nullptr,
-                                                     kGrad ? fr + j : nullptr,
-                                                     kGrad ? fu + j * order : nullptr);
-            }
           } else {
-            for (int j = 0; j < lanes; ++j) {
-              limbdark::Evaluate<kGrad>(b[j], r, law, &f[j], &fb[j], &fr[j], fu + j * order);
-            }
+            transit::ExactFlux<kGrad>(r, law, b, lanes, f, fb, fr, fu);
           }
         }
         if (K == 1) break;  // f (and the lane derivatives) are the points'

@@ -233,13 +233,6 @@ JAXEXT_HD void TwoSum(double a, double b, double* hi, double* lo) {
   *lo = (a - (s - bb)) + (b - bb);
 }
 
-// Whether a light curve's occultation may come from the series (else exact everywhere).
-inline bool FluxSeriesApplies(double r, const limbdark::Law& law, bool valid) {
-  bool finite = Finite(r);
-  for (int m = 0; m <= law.order; ++m) finite = finite && Finite(law.a[m]);
-  return valid && finite && r > 0.0 && r < 1.0;
-}
-
 // A table for radius r with no piece built (kFluxOne: the empty series).
 inline void InitFluxSeries(double r, FluxSeries* s) {
   s->r = r;
@@ -278,19 +271,27 @@ inline void LocateFlux(const FluxSeries& s, double b, double* piece, double* x) 
   const double other = b >= s2_hi ? 1.0 * kFluxOne : 1.0 * kFluxExact;
   *piece = ((t > 0.0) & (t <= 1.0) & (k < kFluxDepth)) ? in_piece : other;
 }
-// Exact flux at n values of b (the lane path for laws of order <= 2). Always inlined: each of the
-// CPU handler's per-CPU clones gets its own vector code.
-inline __attribute__((always_inline)) void ExactFlux(const FluxSeries& s, const limbdark::Law& law, const double* b, double* f,
-                      int n) {
-  if (law.order <= 2) {
+// The exact occultation at n values of b for radius r (and, if kGrad, its derivatives in b, r
+// and u, as limbdark::Evaluate gives them; null pointers otherwise): the lane path for laws of
+// order <= 2, blocks of limbdark::kLanes. Always inlined: each of the CPU handler's per-CPU clones
+// gets its own vector code.
+template <bool kGrad>
+inline __attribute__((always_inline)) void ExactFlux(double r, const limbdark::Law& law,
+                                                     const double* b, int n, double* f,
+                                                     double* fb, double* fr, double* fu) {
+  const int order = law.order;
+  if (order <= 2) {
     for (int j = 0; j < n; j += limbdark::kLanes) {
       const int c = n - j < limbdark::kLanes ? n - j : limbdark::kLanes;
-      limbdark::EvaluateLanes<false, double>(b + j, &s.r, 0, c, law, f + j, nullptr, nullptr,
-                                             nullptr);
+      limbdark::EvaluateLanes<kGrad, double>(b + j, &r, 0, c, law, f + j, kGrad ? fb + j : nullptr,
+                                             kGrad ? fr + j : nullptr,
+                                             kGrad ? fu + j * order : nullptr);
     }
   } else {
-    for (int j = 0; j < n; ++j) limbdark::Evaluate<false>(b[j], s.r, law, &f[j], nullptr, nullptr,
-                                                          nullptr);
+    for (int j = 0; j < n; ++j) {
+      limbdark::Evaluate<kGrad>(b[j], r, law, &f[j], kGrad ? fb + j : nullptr,
+                                kGrad ? fr + j : nullptr, kGrad ? fu + j * order : nullptr);
+    }
   }
 }
 
@@ -317,7 +318,7 @@ inline bool BuildFluxPiece(FluxSeries* s, const limbdark::Law& law, int piece) {
     b[j] = side == 0 ? (s->s0_hi - d) + s->s0_lo
                      : (side == 1 ? (s->s0_hi + d) + s->s0_lo : (s->s2_hi - d) + s->s2_lo);
   }
-  ExactFlux(*s, law, b, f, kFluxNodes);
+  ExactFlux<false>(s->r, law, b, kFluxNodes, f, nullptr, nullptr, nullptr);
   bool finite = true;
   for (int j = 0; j < kFluxNodes; ++j) {
     f[j] = 1.0 - f[j];  // the deficit: coefficients free of the constant's rounding
