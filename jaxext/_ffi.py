@@ -56,15 +56,18 @@ _SYMBOLS = {
     "jaxext_transit_lin_f64": "JaxextTransitLin{}F64",
     "jaxext_transit_vjp_f32": "JaxextTransitVjp{}F32",
     "jaxext_transit_vjp_f64": "JaxextTransitVjp{}F64",
-    "jaxext_dop853": "JaxextDop853{}",
 }
 
-
-# CUDA-only targets: name -> {execution stage: symbol}.
-_CUDA_SYMBOLS = {
-    "jaxext_numba_cuda_call": {"initialize": "JaxextNumbaCallCudaInitialize",
-                               "execute": "JaxextNumbaCallCuda"},
+# Targets whose handlers differ in shape between platforms: name -> {platform: symbol, or
+# {execution stage: symbol}}.
+_STAGED_SYMBOLS = {
+    "jaxext_dop853": {"cpu": "JaxextDop853Cpu",
+                      "cuda": {"initialize": "JaxextDop853CudaInitialize",
+                               "execute": "JaxextDop853Cuda"}},
+    "jaxext_numba_cuda_call": {"cuda": {"initialize": "JaxextNumbaCallCudaInitialize",
+                                        "execute": "JaxextNumbaCallCuda"}},
 }
+
 
 def _register(name: str, handler, platform: str) -> None:
   # Handler traits (CUDA graph compatibility) are declared by the handlers themselves.
@@ -78,11 +81,16 @@ def _register_library(platform: str, path: str) -> list[str]:
     fn = getattr(lib, symbol.format("Cpu" if platform == "cpu" else "Cuda"))
     _register(name, jax.ffi.pycapsule(fn), platform)
     names.append(name)
-  if platform != "cpu":
-    for name, stages in _CUDA_SYMBOLS.items():
-      _register(name, {stage: jax.ffi.pycapsule(getattr(lib, symbol))
-                       for stage, symbol in stages.items()}, platform)
-      names.append(name)
+  for name, platforms in _STAGED_SYMBOLS.items():
+    symbol = platforms.get("cpu" if platform == "cpu" else "cuda")
+    if symbol is None:
+      continue
+    if isinstance(symbol, str):
+      handler = jax.ffi.pycapsule(getattr(lib, symbol))
+    else:
+      handler = {stage: jax.ffi.pycapsule(getattr(lib, s)) for stage, s in symbol.items()}
+    _register(name, handler, platform)
+    names.append(name)
   return names
 
 

@@ -182,9 +182,24 @@ def test_ptx_disk_cache(tmp_path, monkeypatch):
   assert compile_cuda._read_cache(first.kernel_id) == third.ptx
 
 
+def test_kernels_calling_device_functions_compile_without_a_gpu(tmp_path):
+  # numba-cuda 0.30 asks the current device for a callee's compute capability; jaxext answers
+  # with the target's (compile_cuda._compiling_for), so no driver is needed.
+  twice = cuda.jit(device=True)(lambda v: 2.0 * v)
+
+  def scale(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+      out[i] = twice(x[i])
+  sig = Signature((("float64", 1),), (("float64", 1),), ())
+  entry = compile_cuda.compile_cuda(scale, "scale", sig, cc=(9, 0))
+  assert compile_cuda.parse_entry(entry.ptx)[1] == compile_cuda.param_layout(sig)
+  _ptxas(entry.ptx, tmp_path)
+  from numba.cuda import dispatcher
+  assert not isinstance(dispatcher.get_current_device, type)  # restored afterwards
+
+
 def test_content_id_tracks_device_functions():
-  # (Compiling a kernel that calls a @cuda.jit device function needs a CUDA driver in numba-cuda
-  # 0.30; the content id, which decides what is recompiled and cached, needs none.)
   from jaxext.numba_bridge import compile_cpu
 
   def make(dev):

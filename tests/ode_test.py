@@ -723,6 +723,5 @@ def test_cuda_lowering():
   grad = _export_cuda(jax.grad(lambda y, p: ode.dop853(model, y, (0.0, 600.0), p).y_final.sum()),
                       y0, b)
   assert "sensitivities = 1" in grad
-  with pytest.raises(NotImplementedError, match="built-in models"):
-    _export_cuda(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0]).y_final,
-                 np.zeros((3, 2)))
+  assert 'device_code = ""' in text  # built-in models link nothing
+  # Python right-hand sides on CUDA: tests/ode_cuda_test.py (it has the toolkit numba-cuda needs).

@@ -5,8 +5,12 @@
 
 #include "xla/ffi/api/ffi.h"
 
-#define JAXEXT_DOP853_BINDING(Context)                              \
-  xla::ffi::Ffi::Bind()                                             \
+#define JAXEXT_DOP853_BINDING(Context) \
+  JAXEXT_DOP853_STAGE_BINDING(xla::ffi::ExecutionStage::kExecute, Context)
+
+// The same for one execution stage (the CUDA handler also links device code at initialization).
+#define JAXEXT_DOP853_STAGE_BINDING(stage, Context)                 \
+  xla::ffi::Ffi::Bind<stage>()                                      \
       .Ctx<Context>()                                               \
       .Arg<xla::ffi::AnyBuffer>()                                   \
       .Arg<xla::ffi::AnyBuffer>()                                   \
@@ -34,6 +38,7 @@
       .Attr<xla::ffi::Span<const int64_t>>("event_directions")      \
       .Attr<xla::ffi::Span<const int64_t>>("event_terminal")        \
       .Attr<int64_t>("jac_id")                                      \
-      .Attr<int64_t>("sensitivities")
+      .Attr<int64_t>("sensitivities")                               \
+      .Attr<std::string_view>("device_code")
 
 #endif  // JAXEXT_COMMON_DOP853_BINDING_H_

@@ -329,7 +329,7 @@ ffi::Future Dop853Impl(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer p
                        ffi::Span<const double> event_consts,
                        ffi::Span<const int64_t> event_directions,
                        ffi::Span<const int64_t> event_terminal, int64_t jac_id,
-                       int64_t sensitivities) {
+                       int64_t sensitivities, std::string_view /*device_code: CUDA's*/) {
   const Attrs a{rhs_id,    name,         model,           rtol,           atol,
                 first_step, max_step,    max_steps,       n_events,       event_kinds,
                 event_ids, event_consts, event_directions, event_terminal, jac_id,

@@ -25,8 +25,10 @@ namespace cpu {
 // Attributes: rhs_id (0: the built-in model `model`, f64[]), name (for errors), rtol, atol (f64[n]),
 //   first_step, max_step (f64), max_steps (i64), n_events, and per event: event_kinds (0: |r| - c
 //   with c in event_consts, 1: native function event_ids), event_directions, event_terminal
-//   (terminal after that many occurrences; 0: never). Array attributes carry one placeholder when
-//   there is nothing to say.
+//   (terminal after that many occurrences; 0: never); jac_id (the user's Jacobian, native function
+//   id), sensitivities (0/1: integrate the variational equations too), device_code (the CUDA
+//   handler's: PTX of the user's functions; ignored here). Array attributes carry one placeholder
+//   when there is nothing to say.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextDop853Cpu);
 
 }  // namespace cpu

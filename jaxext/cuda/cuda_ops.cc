@@ -38,7 +38,11 @@ PYBIND11_MODULE(_cuda_ops, m) {
     d["jaxext_transit_lin_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitLinCudaF64);
     d["jaxext_transit_vjp_f32"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitVjpCudaF32);
     d["jaxext_transit_vjp_f64"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTransitVjpCudaF64);
-    d["jaxext_dop853"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextDop853Cuda);
+    // jaxext.ode.dop853: links user functions before any graph capture, then launches.
+    py::dict dop853;
+    dop853["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextDop853CudaInitialize);
+    dop853["execute"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextDop853Cuda);
+    d["jaxext_dop853"] = dop853;
     // jaxext.numba_cuda_kernel: loads its module before any graph capture, then launches.
     py::dict numba;
     numba["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextNumbaCallCudaInitialize);

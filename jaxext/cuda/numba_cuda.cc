@@ -1,7 +1,5 @@
 #include "jaxext/cuda/numba_cuda.h"
 
-#include <dlfcn.h>
-
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -12,6 +10,7 @@
 #include "cuda.h"
 #include "jaxext/common/batch_layout.h"
 #include "jaxext/common/numba_array_abi.h"
+#include "jaxext/cuda/driver.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -19,58 +18,6 @@ namespace ffi = xla::ffi;
 namespace jaxext {
 namespace cuda {
 namespace {
-
-// The CUDA driver API, opened at first use (the handler library links no CUDA driver: the same
-// build loads on machines without one, and jaxext's CPU ops never touch it).
-struct Driver {
-  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
-  CUresult (*stream_get_ctx)(CUstream, CUcontext*) = nullptr;
-  CUresult (*ctx_push)(CUcontext) = nullptr;
-  CUresult (*ctx_pop)(CUcontext*) = nullptr;
-  CUresult (*module_load)(CUmodule*, const void*, unsigned, CUjit_option*, void**) = nullptr;
-  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*func_set_attribute)(CUfunction, CUfunction_attribute, int) = nullptr;
-  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                     unsigned, CUstream, void**, void**) = nullptr;
-  std::string error;  // why the driver is unusable, if it is
-
-  std::string Describe(CUresult r) const {
-    const char* s = nullptr;
-    if (get_error_string == nullptr || get_error_string(r, &s) != CUDA_SUCCESS || s == nullptr) {
-      return "CUDA error " + std::to_string(static_cast<int>(r));
-    }
-    return s;
-  }
-};
-
-template <typename F>
-bool Resolve(void* lib, const char* symbol, F& fn, std::string& error) {
-  fn = reinterpret_cast<F>(dlsym(lib, symbol));
-  if (fn == nullptr && error.empty()) error = std::string("libcuda.so.1 has no ") + symbol;
-  return fn != nullptr;
-}
-
-const Driver& GetDriver() {
-  static const Driver* driver = [] {
-    auto* d = new Driver;
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      const char* why = dlerror();
-      d->error = std::string("cannot load the CUDA driver (libcuda.so.1): ") + (why ? why : "");
-      return d;
-    }
-    Resolve(lib, "cuGetErrorString", d->get_error_string, d->error);
-    Resolve(lib, "cuStreamGetCtx", d->stream_get_ctx, d->error);
-    Resolve(lib, "cuCtxPushCurrent_v2", d->ctx_push, d->error);
-    Resolve(lib, "cuCtxPopCurrent_v2", d->ctx_pop, d->error);
-    Resolve(lib, "cuModuleLoadDataEx", d->module_load, d->error);
-    Resolve(lib, "cuModuleGetFunction", d->module_get_function, d->error);
-    Resolve(lib, "cuFuncSetAttribute", d->func_set_attribute, d->error);
-    Resolve(lib, "cuLaunchKernel", d->launch, d->error);
-    return d;
-  }();
-  return *driver;
-}
 
 // Loaded kernels, per (context, module id). Modules are never unloaded: a kernel lives as long as
 // executables that may launch it, which jaxext cannot see; there is one module per distinct
@@ -103,42 +50,6 @@ std::unordered_map<ModuleKey, CUfunction, ModuleKeyHash>& Cache() {
 std::string Prefix(std::string_view name) {
   return "jaxext.numba_cuda_kernel '" + std::string(name) + "': ";
 }
-
-// Makes the CUDA context of XLA's stream current on this thread for the object's lifetime
-// (whatever was current before is restored); `error` says why not, if it could not.
-class StreamContext {
- public:
-  StreamContext(CUstream stream, std::string_view name) : drv_(GetDriver()) {
-    if (!drv_.error.empty()) {
-      error_ = ffi::Error(ffi::ErrorCode::kFailedPrecondition, Prefix(name) + drv_.error);
-    } else if (CUresult r = drv_.stream_get_ctx(stream, &ctx_); r != CUDA_SUCCESS) {
-      error_ = ffi::Error(ffi::ErrorCode::kInternal,
-                          Prefix(name) + "cannot find XLA's CUDA context: " + drv_.Describe(r));
-    } else if ((r = drv_.ctx_push(ctx_)) != CUDA_SUCCESS) {
-      error_ = ffi::Error(ffi::ErrorCode::kInternal,
-                          Prefix(name) + "cuCtxPushCurrent: " + drv_.Describe(r));
-    } else {
-      pushed_ = true;
-    }
-  }
-  ~StreamContext() {
-    CUcontext popped;
-    if (pushed_) drv_.ctx_pop(&popped);
-  }
-  StreamContext(const StreamContext&) = delete;
-  StreamContext& operator=(const StreamContext&) = delete;
-
-  const Driver& driver() const { return drv_; }
-  CUcontext get() const { return ctx_; }
-  const ffi::Error& error() const { return error_; }
-  bool ok() const { return pushed_; }
-
- private:
-  const Driver& drv_;
-  CUcontext ctx_ = nullptr;
-  bool pushed_ = false;
-  ffi::Error error_ = ffi::Error::Success();
-};
 
 // The kernel's function in the current context `ctx`, loading its module on first use there.
 ffi::ErrorOr<CUfunction> GetFunction(const StreamContext& ctx, std::string_view name,
@@ -180,7 +91,7 @@ ffi::Error InitializeImpl(CUstream stream, ffi::RemainingArgs, ffi::RemainingRet
                           int64_t module_id, ffi::Span<const int64_t>, ffi::Span<const int64_t>,
                           int64_t shared_mem, ffi::Span<const int64_t>, ffi::Span<const double>,
                           ffi::Span<const int64_t>, int64_t, ffi::Span<const int64_t>) {
-  StreamContext ctx(stream, name);
+  StreamContext ctx(stream, Prefix(name));
   if (!ctx.ok()) return ctx.error();
   auto fn = GetFunction(ctx, name, ptx, entry, module_id, shared_mem);
   return fn.has_value() ? ffi::Error::Success() : fn.error();
@@ -256,7 +167,8 @@ ffi::Error ExecuteImpl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
   const bool empty_launch = grid[0] * grid[1] * grid[2] == 0 || block[0] * block[1] * block[2] == 0;
   if (total == 0 || empty_launch || all_results_empty) return ffi::Error::Success();
 
-  StreamContext ctx(stream, name);  // launch in the stream's context, whatever is current here
+  // Launch in the stream's context, whatever is current here.
+  StreamContext ctx(stream, Prefix(name));
   if (!ctx.ok()) return ctx.error();
   auto fn = GetFunction(ctx, name, ptx, entry, module_id, shared_mem);
   if (!fn.has_value()) return fn.error();

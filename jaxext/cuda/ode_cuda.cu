@@ -1,12 +1,18 @@
 #include "jaxext/cuda/ode_cuda.h"
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <cuda_runtime_api.h>
 
+#include "cuda.h"
 #include "jaxext/common/dop853_binding.h"
+#include "jaxext/cuda/driver.h"
+#include "jaxext/cuda/ode_user_kernels.h"
 #include "jaxext/kernels/dop853.h"
 #include "jaxext/kernels/orbit.h"
 #include "xla/ffi/api/ffi.h"
@@ -15,6 +21,13 @@ namespace ffi = xla::ffi;
 
 namespace jaxext {
 namespace cuda {
+
+// The device code of ode_user_kernels.cu, per precision (embedded by cuda_device_code).
+extern const unsigned char kOdeUserFloat[];
+extern const size_t kOdeUserFloatSize;
+extern const unsigned char kOdeUserDouble[];
+extern const size_t kOdeUserDoubleSize;
+
 namespace {
 
 constexpr int kN = orbit::kStateSize;
@@ -114,6 +127,161 @@ ffi::Error Invalid(std::string message) {
   return ffi::Error::InvalidArgument("jaxext.ode.dop853 (CUDA): " + message);
 }
 
+// ---- User right-hand sides: ode_user_kernels.cu linked with the user's PTX ------------------------
+
+std::string UserPrefix(std::string_view name) {
+  return "jaxext.ode.dop853 '" + std::string(name) + "' (CUDA): ";
+}
+
+// Linked modules, per (context, precision, user PTX). Never unloaded: executables that may
+// launch them outlive any call, and there is one per distinct set of user functions.
+std::mutex& UserModulesMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::map<std::pair<std::pair<CUcontext, int>, std::string>, CUmodule>& UserModules() {
+  static auto* modules = new std::map<std::pair<std::pair<CUcontext, int>, std::string>, CUmodule>;
+  return *modules;
+}
+
+// The module of `device_code` (the user's PTX) linked with our kernels for T, in ctx.
+template <typename T>
+ffi::ErrorOr<CUmodule> UserModule(const StreamContext& ctx, std::string_view name,
+                                  std::string_view device_code) {
+  std::lock_guard<std::mutex> lock(UserModulesMutex());
+  auto key = std::make_pair(std::make_pair(ctx.get(), static_cast<int>(sizeof(T))),
+                            std::string(device_code));
+  auto it = UserModules().find(key);
+  if (it != UserModules().end()) return it->second;
+  const bool f32 = sizeof(T) == 4;
+  const std::string_view ours(
+      reinterpret_cast<const char*>(f32 ? kOdeUserFloat : kOdeUserDouble),
+      f32 ? kOdeUserFloatSize : kOdeUserDoubleSize);
+  auto module = LinkModule(ctx.driver(), {{CU_JIT_INPUT_FATBINARY, ours, "jaxext_dop853_user"},
+                                          {CU_JIT_INPUT_PTX, device_code, std::string(name)}});
+  if (!module.has_value()) {
+    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal,
+                                      UserPrefix(name) + "linking the user's functions: " +
+                                          std::string(module.error().message())));
+  }
+  UserModules().emplace(std::move(key), *module);
+  return *module;
+}
+
+// The smallest kernel bound that holds n_aug components (0: none does).
+int UserBound(int64_t n_aug, bool sensitivities) {
+  if (sensitivities) {
+    for (int b : ode_user::kSensitivityBounds) if (n_aug <= b) return b;
+  } else {
+    for (int b : ode_user::kStateBounds) if (n_aug <= b) return b;
+  }
+  return 0;
+}
+
+template <typename T>
+ffi::Error UserDop853(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer params,
+                      ffi::AnyBuffer t_span, ffi::AnyBuffer t_eval,
+                      ffi::Result<ffi::AnyBuffer> ys, ffi::Result<ffi::AnyBuffer> t_final,
+                      ffi::Result<ffi::AnyBuffer> y_final, ffi::Result<ffi::AnyBuffer> stats,
+                      ffi::Result<ffi::AnyBuffer> t_events, ffi::Result<ffi::AnyBuffer> y_events,
+                      ffi::Result<ffi::AnyBuffer> event_counts, std::string_view name,
+                      ffi::Span<const double> rtol, ffi::Span<const double> atol,
+                      double first_step, double max_step, int64_t max_steps, int64_t n_events,
+                      ffi::Span<const int64_t> event_kinds, ffi::Span<const double> event_consts,
+                      ffi::Span<const int64_t> event_directions,
+                      ffi::Span<const int64_t> event_terminal, int64_t sensitivities,
+                      std::string_view device_code) {
+  auto invalid = [&](const std::string& what) {
+    return ffi::Error::InvalidArgument(UserPrefix(name) + what);
+  };
+  auto dims = y0.dimensions();
+  if (dims.size() != 2 || params.dimensions().size() != 2) {
+    return invalid("y0 and params must have rank 2");
+  }
+  const int64_t count = dims[0], n = dims[1], np = params.dimensions()[1];
+  if (device_code.empty()) return invalid("the user's functions came without device code");
+  if (n > ode_user::kMaxState) {
+    return invalid("states of at most " + std::to_string(ode_user::kMaxState) + " components");
+  }
+  const int64_t n_aug = sensitivities != 0 ? n + n * (n + np) : n;
+  const int bound = UserBound(n_aug, sensitivities != 0);
+  if (bound == 0) return invalid("the state (with sensitivities) is too large for the kernels");
+  if (n_events < 0 || n_events > dop853::kMaxEvents) return invalid("too many events");
+  for (const size_t size : {event_kinds.size(), event_consts.size(), event_directions.size(),
+                            event_terminal.size()}) {
+    if (static_cast<int64_t>(size) < n_events) return invalid("event attributes too short");
+  }
+  const int64_t m = static_cast<int64_t>(t_eval.element_count());
+  const int64_t kslots =
+      n_events > 0 ? static_cast<int64_t>(t_events->element_count()) /
+                         std::max<int64_t>(1, count * n_events)
+                   : 0;
+  if (params.dimensions()[0] != count ||
+      static_cast<int64_t>(t_span.element_count()) != 2 * count ||
+      static_cast<int64_t>(ys->element_count()) != count * m * n_aug ||
+      static_cast<int64_t>(y_final->element_count()) != count * n_aug ||
+      static_cast<int64_t>(stats->element_count()) != 4 * count ||
+      static_cast<int64_t>(y_events->element_count()) != count * n_events * kslots * n_aug ||
+      static_cast<int64_t>(event_counts->element_count()) != count * n_events ||
+      static_cast<int64_t>(rtol.size()) != n || static_cast<int64_t>(atol.size()) != n) {
+    return invalid("operand and result shapes disagree");
+  }
+  ode_user::Args<T> a{};
+  a.count = count;
+  a.n = n;
+  a.np = np;
+  a.m = m;
+  a.kslots = kslots;
+  a.y0 = y0.typed_data<T>();
+  a.params = params.typed_data<T>();
+  a.span = t_span.typed_data<T>();
+  a.t_eval = t_eval.typed_data<T>();
+  a.ys = ys->typed_data<T>();
+  a.t_final = t_final->typed_data<T>();
+  a.y_final = y_final->typed_data<T>();
+  a.stats = stats->typed_data<int32_t>();
+  a.t_events = t_events->typed_data<T>();
+  a.y_events = y_events->typed_data<T>();
+  a.counts = event_counts->typed_data<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    a.rtol[i] = T(rtol[i]);
+    a.atol[i] = T(atol[i]);
+  }
+  a.first_step = T(first_step);
+  a.max_step = T(max_step);
+  a.max_steps = max_steps;
+  a.n_events = static_cast<int32_t>(n_events);
+  for (int64_t e = 0; e < n_events; ++e) {
+    if (event_kinds[e] == 0 && n < 3) return invalid("a radius event needs n >= 3");
+    a.kinds[e] = static_cast<int32_t>(event_kinds[e]);
+    a.direction[e] = static_cast<int32_t>(event_directions[e]);
+    a.radius[e] = T(event_consts[e]);
+    a.terminal[e] = event_terminal[e];
+  }
+  if (count == 0) return ffi::Error::Success();
+
+  StreamContext ctx(reinterpret_cast<CUstream>(stream), UserPrefix(name));
+  if (!ctx.ok()) return ctx.error();
+  auto module = UserModule<T>(ctx, name, device_code);
+  if (!module.has_value()) return module.error();
+  const std::string kernel =
+      ode_user::KernelPrefix(sensitivities != 0) + std::to_string(bound);
+  const Driver& drv = ctx.driver();
+  CUfunction fn = nullptr;
+  if (CUresult r = drv.module_get_function(&fn, *module, kernel.c_str()); r != CUDA_SUCCESS) {
+    return ffi::Error::Internal(UserPrefix(name) + "no kernel " + kernel + ": " +
+                                drv.Describe(r));
+  }
+  void* argv[] = {&a};
+  const unsigned blocks = static_cast<unsigned>((count + ode_user::kBlock - 1) / ode_user::kBlock);
+  if (CUresult r = drv.launch(fn, blocks, 1, 1, ode_user::kBlock, 1, 1, 0,
+                              reinterpret_cast<CUstream>(stream), argv, nullptr);
+      r != CUDA_SUCCESS) {
+    return ffi::Error::Internal(UserPrefix(name) + "kernel launch failed: " + drv.Describe(r));
+  }
+  return ffi::Error::Success();
+}
+
 constexpr int kBlock = 64;  // a large per-thread local footprint: small blocks
 
 template <typename T>
@@ -134,9 +302,6 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
     return Invalid("y0 and params must have rank 2");
   }
   const int64_t count = dims[0], n = dims[1], np = params.dimensions()[1];
-  if (rhs_id != 0) {
-    return Invalid("Python right-hand sides are not supported on CUDA yet (use a built-in model)");
-  }
   if (n != kN) return Invalid("the built-in models need n = 6");
   if (sensitivities != 0 && np > kMaxParams) {
     return Invalid("derivatives on CUDA take at most 2 parameter columns");
@@ -173,9 +338,7 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
   config.max_steps = max_steps;
   config.n_events = static_cast<int>(n_events);
   for (int64_t e = 0; e < n_events; ++e) {
-    if (event_kinds[e] != 0) {
-      return Invalid("Python event functions are not supported on CUDA yet (use radius events)");
-    }
+    if (event_kinds[e] != 0) return Invalid("event functions need a user right-hand side");
     config.radius[e] = T(event_consts[e]);
     config.direction[e] = static_cast<int>(event_directions[e]);
     config.terminal[e] = event_terminal[e];
@@ -202,42 +365,78 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
   return ffi::Error::Success();
 }
 
-ffi::Error Dop853Impl(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer params,
-                      ffi::AnyBuffer t_span, ffi::AnyBuffer t_eval, ffi::Result<ffi::AnyBuffer> ys,
-                      ffi::Result<ffi::AnyBuffer> t_final, ffi::Result<ffi::AnyBuffer> y_final,
-                      ffi::Result<ffi::AnyBuffer> stats, ffi::Result<ffi::AnyBuffer> t_events,
-                      ffi::Result<ffi::AnyBuffer> y_events,
-                      ffi::Result<ffi::AnyBuffer> event_counts, int64_t rhs_id,
-                      std::string_view /*name*/, ffi::Span<const double> model,
-                      ffi::Span<const double> rtol, ffi::Span<const double> atol,
-                      double first_step, double max_step, int64_t max_steps, int64_t n_events,
-                      ffi::Span<const int64_t> event_kinds, ffi::Span<const int64_t> /*event_ids*/,
-                      ffi::Span<const double> event_consts,
-                      ffi::Span<const int64_t> event_directions,
-                      ffi::Span<const int64_t> event_terminal, int64_t /*jac_id*/,
-                      int64_t sensitivities) {
+#define JAXEXT_DOP853_CUDA_PARAMS                                                            \
+  cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer params, ffi::AnyBuffer t_span,          \
+      ffi::AnyBuffer t_eval, ffi::Result<ffi::AnyBuffer> ys, ffi::Result<ffi::AnyBuffer> t_final, \
+      ffi::Result<ffi::AnyBuffer> y_final, ffi::Result<ffi::AnyBuffer> stats,                     \
+      ffi::Result<ffi::AnyBuffer> t_events, ffi::Result<ffi::AnyBuffer> y_events,                 \
+      ffi::Result<ffi::AnyBuffer> event_counts, int64_t rhs_id, std::string_view name,           \
+      ffi::Span<const double> model, ffi::Span<const double> rtol, ffi::Span<const double> atol, \
+      double first_step, double max_step, int64_t max_steps, int64_t n_events,                   \
+      ffi::Span<const int64_t> event_kinds, ffi::Span<const int64_t> event_ids,                  \
+      ffi::Span<const double> event_consts, ffi::Span<const int64_t> event_directions,           \
+      ffi::Span<const int64_t> event_terminal, int64_t jac_id, int64_t sensitivities,            \
+      std::string_view device_code
+
+// Execute: rhs_id 0 runs a built-in model; otherwise the user's functions in device_code.
+ffi::Error Dop853Impl(JAXEXT_DOP853_CUDA_PARAMS) {
   if (stats->element_type() != ffi::DataType::S32 ||
       event_counts->element_type() != ffi::DataType::S32) {
     return Invalid("stats and event counts must be int32");
   }
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    if (rhs_id != 0) {
+      return UserDop853<T>(stream, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
+                           t_events, y_events, event_counts, name, rtol, atol, first_step,
+                           max_step, max_steps, n_events, event_kinds, event_consts,
+                           event_directions, event_terminal, sensitivities, device_code);
+    }
+    return Dop853Typed<T>(stream, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
+                          t_events, y_events, event_counts, rhs_id, model, rtol, atol, first_step,
+                          max_step, max_steps, n_events, event_kinds, event_consts,
+                          event_directions, event_terminal, sensitivities);
+  };
   switch (y0.element_type()) {
     case ffi::DataType::F32:
-      return Dop853Typed<float>(stream, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
-                                t_events, y_events, event_counts, rhs_id, model, rtol, atol,
-                                first_step, max_step, max_steps, n_events, event_kinds,
-                                event_consts, event_directions, event_terminal, sensitivities);
+      return run(0.0f);
     case ffi::DataType::F64:
-      return Dop853Typed<double>(stream, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
-                                 t_events, y_events, event_counts, rhs_id, model, rtol, atol,
-                                 first_step, max_step, max_steps, n_events, event_kinds,
-                                 event_consts, event_directions, event_terminal, sensitivities);
+      return run(0.0);
     default:
       return Invalid("float32 or float64 states only");
   }
 }
 
+// Initialize: links the user's functions into the integrator's kernels before any CUDA graph
+// capture (execute links them too if this stage did not run).
+ffi::Error Dop853InitializeImpl(JAXEXT_DOP853_CUDA_PARAMS) {
+  if (rhs_id == 0 || device_code.empty()) return ffi::Error::Success();
+  StreamContext ctx(reinterpret_cast<CUstream>(stream), UserPrefix(name));
+  if (!ctx.ok()) return ctx.error();
+  switch (y0.element_type()) {
+    case ffi::DataType::F32: {
+      auto module = UserModule<float>(ctx, name, device_code);
+      return module.has_value() ? ffi::Error::Success() : module.error();
+    }
+    case ffi::DataType::F64: {
+      auto module = UserModule<double>(ctx, name, device_code);
+      return module.has_value() ? ffi::Error::Success() : module.error();
+    }
+    default:
+      return Invalid("float32 or float64 states only");
+  }
+}
+
+#undef JAXEXT_DOP853_CUDA_PARAMS
+
 }  // namespace
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    JaxextDop853CudaInitialize, Dop853InitializeImpl,
+    JAXEXT_DOP853_STAGE_BINDING(ffi::ExecutionStage::kInitialize,
+                                ffi::PlatformStream<cudaStream_t>));
+// Command-buffer compatible: the same launch for the same attributes, no host synchronisation,
+// no allocation (user modules are linked in the initialize stage, outside any capture).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextDop853Cuda, Dop853Impl,
                               JAXEXT_DOP853_BINDING(ffi::PlatformStream<cudaStream_t>),
                               {ffi::Traits::kCmdBufferCompatible});

@@ -14,6 +14,14 @@ here, at trace time, so a numba-cuda whose ABI differs fails with an error inste
 
 PTX is cached on disk next to the CPU cache (`JAXEXT_NUMBA_CACHE_DIR`), named by content id.
 
+`compile_device_function` is the other half of this layer: a device function (not a kernel)
+with Numba's calling convention under a fixed symbol, which jaxext's own CUDA code calls once the
+driver has linked the two (jaxext.ode's right-hand sides).
+
+Functions decorated with `numba.cuda.jit(device=True)` and called from a kernel compile without
+a GPU too: numba-cuda 0.30 asks the current device for its compute capability when it compiles
+such a callee; while jaxext compiles, it is told the target's (`_compiling_for`).
+
 Limits (of loading PTX outside Numba's runtime): kernels run without Numba's module setup
 (`cuda.random` states, `print`, and linked files are unsupported); exceptions raised in a kernel
 are not reported (as in numba.cuda without debug=True): signal errors through an output.
@@ -50,6 +58,51 @@ def _numpy_for_numba_cuda():
     finally:
       if added:
         del np.row_stack
+
+
+@contextlib.contextmanager
+def _compiling_for(cc: tuple[int, int]):
+  """numba-cuda 0.30 compiles a device function called from the function being compiled for
+  `get_current_device().compute_capability`, which needs a CUDA driver (and may not be the
+  target). While jaxext compiles (under `_lock`), that lookup answers the target's capability."""
+  from numba.cuda import dispatcher
+
+  class _Target:
+    compute_capability = tuple(cc)
+
+  original = getattr(dispatcher, "get_current_device", None)
+  if original is None:  # a numba-cuda without the lookup: nothing to redirect
+    yield
+    return
+  dispatcher.get_current_device = _Target
+  try:
+    yield
+  finally:
+    dispatcher.get_current_device = original
+
+
+def target_cc() -> tuple[int, int]:
+  """The compute capability device code is compiled for: the lowest among this process's CUDA
+  devices, `JAXEXT_NUMBA_CUDA_CC=X.Y` if set, else 9.0 (no CUDA device here, e.g. when exporting
+  for CUDA from a CPU host)."""
+  forced = os.environ.get("JAXEXT_NUMBA_CUDA_CC")
+  if forced:
+    try:
+      major, minor = (int(x) for x in forced.split("."))
+    except ValueError:
+      raise ValueError(f"JAXEXT_NUMBA_CUDA_CC must look like 9.0; got {forced!r}") from None
+    return major, minor
+  import jax
+  try:
+    devices = jax.devices("cuda")
+  except RuntimeError:  # no CUDA backend in this process
+    devices = []
+  ccs = []
+  for d in devices:
+    cc = getattr(d, "compute_capability", None)
+    if cc:
+      ccs.append(tuple(int(x) for x in str(cc).split(".")[:2]))
+  return min(ccs) if ccs else (9, 0)
 
 
 def _import_numba_cuda():
@@ -133,7 +186,7 @@ def compile_cuda(fn, name: str, signature: Signature, *, cc: tuple[int, int],
     if ptx is None:
       cuda = _import_numba_cuda()
       try:
-        with _numpy_for_numba_cuda():
+        with _numpy_for_numba_cuda(), _compiling_for(cc):
           ptx, _ = cuda.compile(py_func, _numba_types(signature), device=False, abi="numba",
                                 output="ptx", cc=tuple(cc), fastmath=fastmath,
                                 lineinfo=lineinfo)
@@ -152,6 +205,74 @@ def compile_cuda(fn, name: str, signature: Signature, *, cc: tuple[int, int],
                       cc=tuple(cc))
     _entries[kernel_id] = entry
     return entry
+
+
+_FUNC = re.compile(r"\.visible\s+\.func\s+\(\s*\.param\s+(\.\w+)\s+\w+\s*\)\s*([\w$]+)\s*"
+                   r"\(([^)]*)\)", re.S)
+
+
+def parse_function(ptx: str) -> tuple[str, str, list[str]]:
+  """(name, return type, parameter types) of the one visible device function in `ptx`."""
+  found = _FUNC.findall(ptx)
+  if len(found) != 1:
+    raise ValueError(f"expected one visible .func in the PTX; found {len(found)}")
+  ret, name, params = found[0]
+  return name, ret, [p.split()[1] for p in params.split(",") if p.strip()]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFunction:
+  content_id: int
+  ptx: str      # defines `symbol` (visible), Numba's calling convention
+  symbol: str
+
+
+def compile_device_function(source: str, callees: dict, types, *, symbol: str,
+                            layout: tuple[str, list[str]], cc: tuple[int, int], key,
+                            env: dict | None = None, what: str,
+                            describe: str) -> DeviceFunction:
+  """Compiles `source` (defining `jaxext_entry`, which calls the Python functions `callees`
+  {name: function} by name) as a CUDA device function of Numba type `types` for compute
+  capability `cc`, with Numba's calling convention
+
+      int32 symbol(R* result, args...)   (0, or non-zero when the Python code raised)
+
+  and returns its PTX with the function renamed `symbol`. `layout` is the (return type, parameter
+  types) the PTX must declare: a numba-cuda whose convention differs fails here. `key` is what the
+  compilation depends on beside the callees; `env` adds globals to the wrapper. Once per content
+  id; the PTX is cached on disk."""
+  options = (("cuda", tuple(cc)), ("source", source), ("symbol", symbol),
+             ("numba-cuda", _numba_cuda_version()))
+  fns = tuple(getattr(f, "py_func", f) for f in callees.values())
+  content = compile_cpu.content_id(fns, key, options)
+  with _lock:
+    ptx = _read_cache(content)
+    if ptx is None:
+      cuda = _import_numba_cuda()
+      from numba.cuda.np.numpy_support import carray
+      module_env = {"carray": carray}
+      module_env.update(env or {})
+      try:
+        module_env.update({name: cuda.jit(device=True)(getattr(f, "py_func", f))
+                           for name, f in callees.items()})
+        exec(compile(source, f"<jaxext {what}>", "exec"), module_env)  # noqa: S102 - ours
+        with _numpy_for_numba_cuda(), _compiling_for(cc):
+          ptx, _ = cuda.compile(module_env["jaxext_entry"], types, device=True, abi="numba",
+                                output="ptx", cc=tuple(cc))
+      except Exception as err:  # noqa: BLE001 - Numba raises many kinds; all mean "cannot compile"
+        raise TypeError(f"{what}: numba-cuda cannot compile it for {describe} (compute "
+                        f"capability {cc[0]}.{cc[1]}; numba-cuda finds the CUDA toolkit through "
+                        f"CUDA_HOME or NVIDIA's wheels: pip install 'numba-cuda[cu13]'):\n"
+                        f"{type(err).__name__}: {err}") from None
+      name, ret, params = parse_function(ptx)
+      if (ret, params) != (layout[0], list(layout[1])):
+        raise TypeError(f"{what}: the compiled device function returns {ret} and takes {params}; "
+                        f"jaxext calls it as returning {layout[0]} and taking {list(layout[1])} "
+                        "(Numba's CUDA calling convention; is this numba-cuda supported?)")
+      ptx = re.sub(re.escape(name) + r"(?![\w$])", symbol, ptx)
+      ptx = ptx.replace(name + "_param_", symbol + "_param_")
+      _write_cache(content, ptx)
+    return DeviceFunction(content_id=content, ptx=ptx, symbol=symbol)
 
 
 _COMPLETE = "\n// jaxext-complete\n"

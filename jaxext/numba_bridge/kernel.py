@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import os
 import threading
 
 import jax
@@ -304,8 +303,8 @@ class NumbaKernel:
 
   def cuda_entry(self, signature):
     from jaxext.numba_bridge import compile_cuda
-    return compile_cuda.compile_cuda(self.py_func, self.name, signature, cc=_target_cc(),
-                                     fastmath=self.launch.fastmath)
+    return compile_cuda.compile_cuda(self.py_func, self.name, signature,
+                                     cc=compile_cuda.target_cc(), fastmath=self.launch.fastmath)
 
   def compile(self, signature):
     """Compiles for `signature` on this kernel's platform (at trace time: errors surface here)."""
@@ -345,27 +344,6 @@ def _accepted_names(fn):
   if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
     return _Everything()
   return {p.name for p in params}
-
-
-def _target_cc() -> tuple[int, int]:
-  """The compute capability CUDA kernels are compiled for (see numba_cuda_kernel)."""
-  forced = os.environ.get("JAXEXT_NUMBA_CUDA_CC")
-  if forced:
-    try:
-      major, minor = (int(x) for x in forced.split("."))
-    except ValueError:
-      raise ValueError(f"JAXEXT_NUMBA_CUDA_CC must look like 9.0; got {forced!r}") from None
-    return major, minor
-  try:
-    devices = jax.devices("cuda")
-  except RuntimeError:  # no CUDA backend in this process (e.g. exporting for CUDA from a CPU host)
-    devices = []
-  ccs = []
-  for d in devices:
-    cc = getattr(d, "compute_capability", None)
-    if cc:
-      ccs.append(tuple(int(x) for x in str(cc).split(".")[:2]))
-  return min(ccs) if ccs else (9, 0)
 
 
 def _as_tuple(x):

@@ -47,6 +47,7 @@ class Status(enum.IntEnum):
   MAX_STEPS = -1       # max_steps step attempts (accepted + rejected) without reaching t1
   STEP_TOO_SMALL = -2  # the step size fell below 10 ulp(t) (scipy's "Required step size...")
   NON_FINITE = -3      # non-finite y0, params, t_span, or right-hand side
+  CALLBACK_FAILED = -4  # CUDA only: a Python function raised (on the CPU that raises instead)
 
 
 class Solution(NamedTuple):
@@ -132,7 +133,7 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
     if n != Model.state_size:
       raise ValueError(f"y0: the model '{rhs.name}' integrates states of 6 components "
                        f"(x, y, z, vx, vy, vz); got d = {n}")
-    rhs_id, name, constants = 0, rhs.name, tuple(rhs.constants().tolist())
+    user_rhs, name, constants = None, rhs.name, tuple(rhs.constants().tolist())
     needs = rhs.num_params
   else:
     if not isinstance(rhs, functions.Rhs):
@@ -140,8 +141,7 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
         raise TypeError("rhs must be a jaxext.ode.models.Model or a function rhs(t, y, p, dydt); "
                         f"got {type(rhs).__name__}")
       rhs = functions.Rhs(fn=rhs, name=getattr(rhs, "__name__", "rhs"))
-    rhs_id, name, constants, needs = None, rhs.name, (0.0,), 0
-  jac_id = 0
+    user_rhs, name, constants, needs = rhs, rhs.name, (0.0,), 0
 
   # Parameters, time span, output times.
   if params is None:
@@ -198,13 +198,6 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
   events = tuple(functions.as_event(e, i) for i, e in enumerate(events))
   if len(events) > MAX_EVENTS:
     raise ValueError(f"events: at most {MAX_EVENTS}; got {len(events)}")
-  p = params.shape[1]
-  if rhs_id is None or any(e.fn is not None for e in events):
-    native = _native_module()
-  if rhs_id is None:
-    rhs_id = native.compile_rhs(rhs.fn, name, dtype, n, p)
-    if rhs.jacobian is not None:
-      jac_id = native.compile_jacobian(rhs.jacobian, name, dtype, n, p)
   spec = []
   for i, e in enumerate(events):
     if e.fn is None:
@@ -212,28 +205,83 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
         raise ValueError(f"events[{i}]: a radius event needs y0 with d >= 3; got d = {n}")
       spec.append((0, 0, e.radius, e.direction, e.max_count))
     else:
-      spec.append((1, native.compile_event(e.fn, e.name, dtype, n, p), 0.0, e.direction,
-                   e.max_count))
+      spec.append((1, 0, 0.0, e.direction, e.max_count))  # its id: at lowering (_user_attrs)
+  user = None
+  if user_rhs is not None or any(e.fn is not None for e in events):
+    _native_module()  # a clear error if Numba is missing
+    user = UserFunctions(user_rhs, events)
+    # Compiled here for the CPU, so that Numba's errors surface at trace time and the native
+    # functions exist before an executable runs (disk-cached); CUDA compiles its own at lowering.
+    _user_attrs(user, "cpu", name, dtype, n, params.shape[1])
 
-  outs = dop853_p.bind(y0, params, t_span, t_eval, rhs_id=int(rhs_id), name=str(name),
+  outs = dop853_p.bind(y0, params, t_span, t_eval, user=user, name=str(name),
                        model=constants, rtol=rtol, atol=atol, first_step=float(first_step),
                        max_step=float(max_step), max_steps=max_steps, events=tuple(spec),
-                       event_slots=event_slots if spec else 0, jac_id=int(jac_id),
-                       sensitivities=False)
+                       event_slots=event_slots if spec else 0, sensitivities=False)
   ys, t_final, y_final, stats, t_events, y_events, counts = outs
   return Solution(ys=ys, t_final=t_final, y_final=y_final, status=stats[:, 0],
                   n_steps=stats[:, 1], n_accepted=stats[:, 2], n_rhs=stats[:, 3],
                   t_events=t_events, y_events=y_events, event_counts=counts)
 
 
-def _native_module():
+def _native_module(platform: str = "cpu"):
   try:
-    from jaxext.ode import _native
+    if platform == "cpu":
+      from jaxext.ode import _native
+      return _native
+    from jaxext.ode import _native_cuda
+    return _native_cuda
   except ImportError as err:
     raise ImportError(f"jaxext.ode: Python right-hand sides and events are compiled by Numba, "
                       f"which is not importable ({err}); install it with: "
                       "pip install 'jaxext[numba]' (or use a built-in model and events)") from err
-  return _native
+
+
+class UserFunctions:
+  """The Python functions of one run (a primitive parameter): the right-hand side (None with a
+  built-in model) and the events (built-in ones too: their index is the event's). Equal when
+  their contents are (the Numba bridge's content id), so jit caches hit for a re-created
+  function; compiled for a platform when lowered."""
+
+  def __init__(self, rhs: functions.Rhs | None, events: tuple[functions.Event, ...]):
+    self.rhs = rhs
+    self.events = events
+    from jaxext.numba_bridge import compile_cpu  # importable: _native_module() succeeded
+    fns = (None if rhs is None else (rhs.fn, rhs.jacobian),
+           tuple(e.fn for e in events if e.fn is not None))
+    self.key = compile_cpu.content_id(fns, ("ode-user", len(events)), ()) or 1
+
+  def __eq__(self, other):
+    return isinstance(other, UserFunctions) and other.key == self.key
+
+  def __hash__(self):
+    return hash(self.key)
+
+  def __repr__(self):
+    return f"UserFunctions({self.rhs.name if self.rhs else 'model'}, key={self.key:016x})"
+
+
+def _user_attrs(user, platform, name, dtype, n, p):
+  """FFI attributes naming the compiled user functions on `platform` (rhs_id, jac_id, event ids,
+  device_code)."""
+  attrs = dict(rhs_id=0, jac_id=0, event_ids=[0] * len(user.events), device_code="")
+  native = _native_module(platform)
+  if platform == "cpu":
+    if user.rhs is not None:
+      attrs["rhs_id"] = native.compile_rhs(user.rhs.fn, name, dtype, n, p)
+      if user.rhs.jacobian is not None:
+        attrs["jac_id"] = native.compile_jacobian(user.rhs.jacobian, name, dtype, n, p)
+    attrs["event_ids"] = [0 if e.fn is None else native.compile_event(e.fn, e.name, dtype, n, p)
+                          for e in user.events]
+    return attrs
+  if user.rhs is None:
+    raise NotImplementedError(
+        f"jaxext.ode.dop853 '{name}': on CUDA, Python event functions need a Python right-hand "
+        "side (with a built-in model, use radius/altitude events)")
+  compiled = native.compile_user(user.rhs, user.events, dtype, n, p)
+  attrs.update(rhs_id=user.key, jac_id=int(user.rhs.jacobian is not None),
+               device_code=compiled.ptx)
+  return attrs
 
 
 def _time_span(t_span, count, dtype):
@@ -333,28 +381,45 @@ dop853_p.def_abstract_eval(_abstract_eval)
 _eager.def_jit_impl(dop853_p)
 
 
-def _lowering(ctx, y0, params, t_span, t_eval, *, platform, rhs_id, name, model, rtol, atol,
-              first_step, max_step, max_steps, events, event_slots, jac_id, sensitivities):
-  if platform != "cpu":  # CUDA: one thread per trajectory, built-in models and events only
-    if rhs_id != 0 or any(e[0] != 0 for e in events):
-      raise NotImplementedError(
-          f"jaxext.ode.dop853 '{name}': on {platform} only the built-in models and radius/altitude "
-          "events are available yet (Python right-hand sides and events run on the CPU)")
-    if sensitivities and params.type.shape[1] > 2:
-      raise NotImplementedError("jaxext.ode.dop853: derivatives on CUDA take at most 2 parameter "
-                                "columns")
+# CUDA kernels for user functions (jaxext/cuda/ode_user_kernels.h): state components, and the
+# largest state with its sensitivities.
+_CUDA_MAX_STATE = 64
+_CUDA_MAX_AUGMENTED = 256
+
+
+def _lowering(ctx, y0, params, t_span, t_eval, *, platform, user, name, model, rtol, atol,
+              first_step, max_step, max_steps, events, event_slots, sensitivities):
+  count, n = y0.type.shape
+  p = params.type.shape[1]
+  dtype = ctx.avals_in[0].dtype
+  if platform != "cpu":  # CUDA: one thread per trajectory
+    if user is None and sensitivities and p > 2:
+      raise NotImplementedError("jaxext.ode.dop853: derivatives of the built-in models on CUDA "
+                                "take at most 2 parameter columns")
+    if user is not None and user.rhs is not None:
+      if n > _CUDA_MAX_STATE:
+        raise NotImplementedError(f"jaxext.ode.dop853 '{name}': on CUDA, states of at most "
+                                  f"{_CUDA_MAX_STATE} components; got {n}")
+      if sensitivities and n + n * (n + p) > _CUDA_MAX_AUGMENTED:
+        raise NotImplementedError(
+            f"jaxext.ode.dop853 '{name}': derivatives on CUDA integrate n + n (n + p) <= "
+            f"{_CUDA_MAX_AUGMENTED} components; got n = {n}, p = {p}")
   if platform not in _ffi.register_all():
     raise NotImplementedError(f"jaxext.ode.dop853: no {platform} kernels in this build")
+  ids = dict(rhs_id=0, jac_id=0, event_ids=[0] * len(events), device_code="")
+  if user is not None:
+    ids = _user_attrs(user, "cpu" if platform == "cpu" else "cuda", name, dtype, n, p)
   n_events = len(events)
   col = lambda i, dt: np.asarray([e[i] for e in events] or [0], dt)
   attrs = dict(
-      rhs_id=np.int64(rhs_id), name=name, model=np.asarray(model, np.float64),
+      rhs_id=np.int64(ids["rhs_id"]), name=name, model=np.asarray(model, np.float64),
       rtol=np.asarray(rtol, np.float64), atol=np.asarray(atol, np.float64),
       first_step=np.float64(first_step), max_step=np.float64(max_step),
       max_steps=np.int64(max_steps), n_events=np.int64(n_events),
-      event_kinds=col(0, np.int64), event_ids=col(1, np.int64), event_consts=col(2, np.float64),
-      event_directions=col(3, np.int64), event_terminal=col(4, np.int64),
-      jac_id=np.int64(jac_id), sensitivities=np.int64(sensitivities))
+      event_kinds=col(0, np.int64), event_ids=np.asarray(ids["event_ids"] or [0], np.int64),
+      event_consts=col(2, np.float64), event_directions=col(3, np.int64),
+      event_terminal=col(4, np.int64), jac_id=np.int64(ids["jac_id"]),
+      sensitivities=np.int64(sensitivities), device_code=ids["device_code"])
 
   def result_types(y0, params, t_span, t_eval):
     n_out = _augmented_size(y0.shape[1], params.shape[1], sensitivities)
@@ -395,7 +460,7 @@ def _batch(args, dims, **params):
 compat.register_batching(dop853_p, _batch)
 
 
-def _jvp(primals, tangents, *, sensitivities, jac_id, events, **params):
+def _jvp(primals, tangents, *, sensitivities, user, events, **params):
   """Forward sensitivities: the kernel integrates S = d y / d (y0, p) alongside the state (the
   variational equations dS/dt = df/dy S + [0 | df/dp], S(t0) = [I | 0]) on the state's own steps,
   and the tangents are S applied to (dy0, dp): linear in them, so reverse mode follows."""
@@ -409,11 +474,10 @@ def _jvp(primals, tangents, *, sensitivities, jac_id, events, **params):
   if events:
     raise NotImplementedError("jaxext.ode.dop853: derivatives of solutions with events are not "
                               "available yet (differentiate a run without events)")
-  if params["rhs_id"] != 0 and jac_id == 0:
+  if user is not None and user.rhs is not None and user.rhs.jacobian is None:
     raise ValueError(f"jaxext.ode.dop853: derivatives need the Jacobian of the right-hand side "
                      f"'{params['name']}': define it with @jaxext.ode.rhs(jacobian=...)")
-  outs = dop853_p.bind(y0, p, span, te, sensitivities=True, jac_id=jac_id, events=events,
-                       **params)
+  outs = dop853_p.bind(y0, p, span, te, sensitivities=True, user=user, events=events, **params)
   ys_aug, t_final, y_final_aug, stats, t_events, y_events_aug, counts = outs
   n, cols = y0.shape[1], y0.shape[1] + p.shape[1]
   ys, y_final = ys_aug[..., :n], y_final_aug[..., :n]
