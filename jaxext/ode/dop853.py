@@ -5,8 +5,12 @@ for one trajectory the accepted steps, right-hand side evaluations and results a
 roundoff. Trajectories are independent: on the CPU they are spread over XLA's thread pool, each
 stepping on its own (no lockstep, unlike jax.vmap of a while loop).
 
-The primitive `dop853_p` is defined as jaxlib defines its ops: abstract evaluation, a CPU lowering
-to the FFI target `jaxext_dop853` (partitioned along the trajectory axis under jit sharding), and a
+On CUDA one thread integrates one trajectory; Python functions are compiled by numba-cuda into a
+device function the handler links into the integrator's kernels (jaxext/ode/_native_cuda.py).
+
+The primitive `dop853_p` is defined as jaxlib defines its ops: abstract evaluation, CPU and CUDA
+lowerings to the FFI target `jaxext_dop853` (partitioned along the trajectory axis under jit
+sharding), and a
 batching rule (vmap folds into the trajectory axis), and a JVP through the variational equations
 (forward sensitivities with respect to y0 and params, integrated with the state on its own steps;
 linear in the tangents, so jax.grad works too).
