@@ -15,12 +15,13 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
 import jaxext, jaxext._ffi as ffi
-assert ffi.register_all() == {"cpu": ("jaxext_dop853", "jaxext_kepler_f32", "jaxext_kepler_f64",
+assert ffi.register_all() == {"cpu": tuple(sorted(["jaxext_dop853", "jaxext_kepler_f32", "jaxext_kepler_f64",
     "jaxext_limbdark_f32", "jaxext_limbdark_f64", "jaxext_limbdark_grad_f32",
     "jaxext_limbdark_grad_f64", "jaxext_limbdark_hess_f32", "jaxext_limbdark_hess_f64",
     "jaxext_transit_f32", "jaxext_transit_f64", "jaxext_transit_grad_f32", "jaxext_transit_grad_f64",
     "jaxext_transit_lin_f32", "jaxext_transit_lin_f64", "jaxext_transit_vjp_f32",
-    "jaxext_transit_vjp_f64")}, ffi.register_all()
+    "jaxext_transit_vjp_f64", "jaxext_sph", "jaxext_segment_sum", "jaxext_conv",
+    "jaxext_tensor_product"]))}, ffi.register_all()
 assert "jaxext.cpu._cpu_ops" not in sys.modules
 m = np.linspace(-7, 7, 1001); e = np.linspace(0, 0.99, 1001)
 s, c = jax.jit(jaxext.kepler)(m, e)
@@ -37,17 +38,43 @@ np.save(sys.argv[1], np.stack([np.asarray(s), np.asarray(c), np.full(1001, float
                                np.full(1001, float(lcg))]))
 sol = jaxext.ode.dop853(jaxext.ode.models.earth(j2=True), ORBITS, (0.0, 3600.0))
 np.save(sys.argv[2], np.asarray(sol.y_final))
+np.save(sys.argv[3], np.concatenate([np.ravel(np.asarray(a)) for a in EQUIVARIANT()]))
 """
+
+
+def equivariant():
+  """Spherical harmonics, a tensor product, the fused convolution and a segment sum, with a
+  gradient through the convolution (its backward kernels)."""
+  import jax
+  import jax.numpy as jnp
+  from jaxext import equivariant as eq
+  rng = np.random.default_rng(0)
+  vec = rng.normal(size=(40, 3))
+  x = rng.normal(size=(10, 16))             # 4x0e+4x1o
+  w = rng.normal(size=(40, 16))             # 4 paths x 4 channels
+  snd, rcv = rng.integers(0, 10, 40), rng.integers(0, 10, 40)
+  ir = dict(irreps_x="4x0e+4x1o", irreps_sh="0e+1o", irreps_out="4x0e+4x1o")
+  sh = eq.spherical_harmonics(1, vec)
+  tp = eq.tensor_product(x[snd], sh, w, "4x0e+4x1o", "0e+1o", "4x0e+4x1o")
+  out = eq.conv(x, sh, w, snd, rcv, 10, **ir)
+  seg = eq.segment_sum(tp, rcv, 10)
+  g = jax.grad(lambda v: jnp.sum(eq.conv(x, eq.spherical_harmonics(1, v), w, snd, rcv, 10,
+                                         **ir) ** 2))(vec)
+  return sh, tp, out, seg, g
+
 
 # Two orbits (km, km/s) for the ODE handler.
 ORBITS = "np.array([[7000.0, 0, 0, 0, 5.0, 5.5], [0, 8000.0, 100.0, -7.0, 0, 1.0]])"
-_SCRIPT = _SCRIPT.replace("ORBITS", ORBITS)
+_SCRIPT = _SCRIPT.replace("ORBITS", ORBITS).replace(
+    "EQUIVARIANT()", "__import__('handler_library_test').equivariant()")
 
 
 def test_handler_library_matches_extension(tmp_path):
   out, out_ode = str(tmp_path / "r.npy"), str(tmp_path / "ode.npy")
-  env = dict(os.environ, JAXEXT_HANDLER_LIBRARIES=f"cpu={LIB}")
-  subprocess.run([sys.executable, "-c", _SCRIPT, out, out_ode], check=True, env=env)
+  out_eq = str(tmp_path / "eq.npy")
+  env = dict(os.environ, JAXEXT_HANDLER_LIBRARIES=f"cpu={LIB}",
+             PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+  subprocess.run([sys.executable, "-c", _SCRIPT, out, out_ode, out_eq], check=True, env=env)
   got = np.load(out)
   import jax
   jax.config.update("jax_enable_x64", True)
@@ -70,6 +97,8 @@ def test_handler_library_matches_extension(tmp_path):
       jax.grad(lambda a: jaxext.transit_light_curve(tt, **dict(lc, a=a)).sum())(10.0))
   sol = jaxext.ode.dop853(jaxext.ode.models.earth(j2=True), eval(ORBITS), (0.0, 3600.0))
   np.testing.assert_array_equal(np.load(out_ode), np.asarray(sol.y_final))
+  np.testing.assert_array_equal(
+      np.load(out_eq), np.concatenate([np.ravel(np.asarray(a)) for a in equivariant()]))
 
 
 def test_bad_spec_is_a_clear_error():
