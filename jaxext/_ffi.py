@@ -66,11 +66,14 @@ _STAGED_SYMBOLS = {
                                "execute": "JaxextDop853Cuda"}},
     "jaxext_numba_cuda_call": {"cuda": {"initialize": "JaxextNumbaCallCudaInitialize",
                                         "execute": "JaxextNumbaCallCuda"}},
-    # jaxext.equivariant: CPU only so far.
-    "jaxext_sph": {"cpu": "JaxextSphCpu"},
-    "jaxext_segment_sum": {"cpu": "JaxextSegmentSumCpu"},
-    "jaxext_conv": {"cpu": "JaxextConvCpu"},
-    "jaxext_tensor_product": {"cpu": "JaxextTensorProductCpu"},
+    "jaxext_sph": {"cpu": "JaxextSphCpu", "cuda": "JaxextSphCuda"},
+    "jaxext_segment_sum": {"cpu": "JaxextSegmentSumCpu", "cuda": "JaxextSegmentSumCuda"},
+    "jaxext_conv": {"cpu": "JaxextConvCpu",
+                    "cuda": {"initialize": "JaxextConvCudaInitialize",
+                             "execute": "JaxextConvCuda"}},
+    "jaxext_tensor_product": {"cpu": "JaxextTensorProductCpu",
+                              "cuda": {"initialize": "JaxextTensorProductCudaInitialize",
+                                       "execute": "JaxextTensorProductCuda"}},
 }
 
 

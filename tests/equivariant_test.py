@@ -5,6 +5,7 @@ gradients; the deterministic segment sum against NumPy, bitwise across runs and 
 its derivatives, vmap; argument errors."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -507,3 +508,44 @@ def test_conv_vmap_over_graphs():
     np.testing.assert_allclose(np.asarray(out[s]),
                                np.asarray(eq.conv(xs[s], ys[s], ws[s], snd, rcv, 8, *CONV_IRREPS)),
                                atol=1e-13)
+
+
+# --- CUDA lowering (built with --config=cuda; execution is checked by tools/gpu_checks.py) ------
+
+_TARGETS = ("jaxext_sph", "jaxext_segment_sum", "jaxext_tensor_product", "jaxext_conv")
+
+
+def _export_cuda(fn, *args):
+  specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
+  exported = jax.export.export(
+      jax.jit(fn), platforms=("cuda",),
+      disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(t) for t in _TARGETS])(*specs)
+  return exported.mlir_module()
+
+
+def test_cuda_lowering():
+  from jaxext import _ffi
+  nodes, edges = 12, 60
+  x, _, w, snd, rcv = _conv_inputs(nodes, edges, 32)
+  vec = np.random.default_rng(33).normal(size=(edges, 3))
+
+  def energy(x, w, vec):  # every op, and through grad every mode of the products
+    sh = eq.spherical_harmonics("0e+1o+2e+3o", vec)
+    h = eq.conv(x, sh, w, snd, rcv, nodes, *CONV_IRREPS)
+    t = eq.tensor_product(x[snd], sh, w, *CONV_IRREPS)
+    return jnp.sum(h ** 2) + jnp.sum(eq.segment_sum(t, rcv, nodes) ** 3)
+
+  grad = jax.grad(energy, argnums=(0, 1, 2))
+  if "CUDA" not in _ffi.register_all():  # a CPU-only build says so
+    with pytest.raises(NotImplementedError, match="CUDA|cuda"):
+      _export_cuda(grad, x, w, vec)
+    return
+  text = _export_cuda(grad, x, w, vec)
+  for target in _TARGETS:
+    assert f"@{target}" in text, target
+  calls = re.findall(r"@jaxext_(conv|tensor_product)\(.*?mode = (\d+)", text)
+  for op in ("conv", "tensor_product"):
+    modes = {int(m) for o, m in calls if o == op}
+    assert modes == {0, 1, 2, 3}, (op, modes)  # out, and the x, y, w cotangents
+  # The segment sum's unsorted-ids flag is a second result on CUDA, dropped by the lowering.
+  assert re.search(r"@jaxext_segment_sum\(.*\) .*-> \(tensor<\d+x\d+xf64>, tensor<1xi32>\)", text)

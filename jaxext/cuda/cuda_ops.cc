@@ -1,9 +1,12 @@
 // The `_cuda_ops` extension module: registrations() -> {target name: FFI handler capsule}, for
 // platform "CUDA". Same target names as the CPU module: the lowering picks the platform.
+#include "jaxext/cuda/conv_cuda.h"
 #include "jaxext/cuda/kepler_cuda.h"
 #include "jaxext/cuda/limbdark_cuda.h"
 #include "jaxext/cuda/numba_cuda.h"
 #include "jaxext/cuda/ode_cuda.h"
+#include "jaxext/cuda/sph_cuda.h"
+#include "jaxext/cuda/tp_cuda.h"
 #include "jaxext/cuda/transit_cuda.h"
 #include "pybind11/pybind11.h"
 // after pybind11: enables EncapsulateFfiHandler
@@ -43,6 +46,17 @@ PYBIND11_MODULE(_cuda_ops, m) {
     dop853["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextDop853CudaInitialize);
     dop853["execute"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextDop853Cuda);
     d["jaxext_dop853"] = dop853;
+    // jaxext.equivariant (products and convolutions copy their tables to the device first).
+    d["jaxext_sph"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextSphCuda);
+    d["jaxext_segment_sum"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextSegmentSumCuda);
+    py::dict tp;
+    tp["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTensorProductCudaInitialize);
+    tp["execute"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTensorProductCuda);
+    d["jaxext_tensor_product"] = tp;
+    py::dict conv;
+    conv["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextConvCudaInitialize);
+    conv["execute"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextConvCuda);
+    d["jaxext_conv"] = conv;
     // jaxext.numba_cuda_kernel: loads its module before any graph capture, then launches.
     py::dict numba;
     numba["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextNumbaCallCudaInitialize);

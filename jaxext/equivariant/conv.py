@@ -39,8 +39,9 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x,
     x: (num_senders, dim(irreps_x)) node features.
     edge_sh: (E, dim(irreps_sh)) per-edge harmonics (multiplicities 1), edge_weights: (E, number
       of weights of the product) per-edge path-and-channel weights (see tensor_product).
-    senders, receivers: (E,) integer node indices (within the int32 range), in any order (sorted inside, stably); an index
-      outside [0, num_senders) or [0, num_nodes) raises when the computation runs.
+    senders, receivers: (E,) integer node indices (within the int32 range), in any order (sorted
+      inside, stably); an index outside [0, num_senders) or [0, num_nodes) raises when the
+      computation runs (on CUDA, where a kernel cannot raise, the rows it touches are NaN).
     num_nodes: static number of output nodes.
 
   Returns:
@@ -112,8 +113,8 @@ _eager.def_jit_impl(conv_p)
 
 
 def _lowering(ctx, *args, mode, key, platform):
-  if platform != "cpu" or platform not in _ffi.register_all():
-    raise NotImplementedError(f"jaxext.equivariant.conv has no {platform} kernel in this version")
+  if platform not in _ffi.register_all():
+    raise NotImplementedError(f"jaxext.equivariant.conv has no {platform} kernel in this build")
   spec = _spec(*key)
   aval = ctx.avals_out[0]
   out = jax.ShapeDtypeStruct(aval.shape, aval.dtype)

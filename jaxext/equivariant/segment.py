@@ -30,7 +30,8 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
   Deterministic: the rows of a segment are added in their order in `data` (after a stable sort of
   the ids), the same bits on every run and for any number of threads. Ids outside
   [0, num_segments) are dropped (as jax.ops.segment_sum does). With indices_are_sorted=True the
-  ids must be sorted ascending (checked by the kernel: an unsorted input raises).
+  ids must be sorted ascending (checked by the kernel: an unsorted input raises on the CPU and
+  makes every sum NaN on CUDA, where a kernel cannot raise).
 
   Args:
     data: (E, ...) float32 or float64.
@@ -71,13 +72,19 @@ _eager.def_jit_impl(segment_sum_p)
 
 
 def _lowering(ctx, data, ids, *, num_segments, platform):
-  if platform not in _ffi.register_all() or platform != "cpu":
+  if platform not in _ffi.register_all():
     raise NotImplementedError(f"jaxext.equivariant.segment_sum has no {platform} kernel in this "
-                              "version")
+                              "build")
   (aval, _) = ctx.avals_in
   out = jax.ShapeDtypeStruct((num_segments,) + aval.shape[1:], aval.dtype)
-  return compat.lower_fun(lambda d, i: (jax.ffi.ffi_call("jaxext_segment_sum", out)(d, i),),
-                          multiple_results=True)(ctx, data, ids)
+  if platform == "cpu":
+    return compat.lower_fun(lambda d, i: (jax.ffi.ffi_call("jaxext_segment_sum", out)(d, i),),
+                            multiple_results=True)(ctx, data, ids)
+  # CUDA: a second result flags ids found unsorted (the sums are NaN then: a GPU cannot raise).
+  flag = jax.ShapeDtypeStruct((1,), jnp.int32)
+  return compat.lower_fun(
+      lambda d, i: (jax.ffi.ffi_call("jaxext_segment_sum", (out, flag))(d, i)[0],),
+      multiple_results=True)(ctx, data, ids)
 
 
 compat.register_lowering(segment_sum_p, functools.partial(_lowering, platform="cpu"), "cpu")

@@ -112,8 +112,6 @@ def _lowering(ctx, x, *, lmax, platform):
   if platform not in _ffi.register_all():
     raise NotImplementedError(f"jaxext.equivariant.spherical_harmonics has no {platform} kernel "
                               "in this build")
-  if platform != "cpu":
-    raise NotImplementedError("jaxext.equivariant.spherical_harmonics: CPU only in this version")
   (aval,) = ctx.avals_in
   lead = _sharding.elementwise(aval.ndim - 1)
 

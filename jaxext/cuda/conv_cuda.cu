@@ -1,0 +1,142 @@
+#include "jaxext/cuda/conv_cuda.h"
+
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "jaxext/common/tp_binding.h"
+#include "jaxext/cuda/tp_cuda_common.h"
+#include "jaxext/kernels/tp.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxext {
+namespace cuda {
+namespace {
+
+constexpr const char* kOp = "jaxext equivariant.conv";
+
+ffi::Error Invalid(const std::string& what) {
+  return ffi::Error::InvalidArgument(std::string(kOp) + ": " + what);
+}
+
+#define JAXEXT_CONV_CUDA_PARAMS                                                                \
+  cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,                 \
+      ffi::AnyBuffer senders, ffi::AnyBuffer receivers, ffi::AnyBuffer by_recv,              \
+      ffi::AnyBuffer recv_ranges, ffi::AnyBuffer by_send, ffi::AnyBuffer send_ranges,        \
+      ffi::Result<ffi::AnyBuffer> out, int64_t mode, ffi::Span<const int64_t> dims,          \
+      ffi::Span<const int64_t> paths, ffi::Span<const int64_t> cg_i,                         \
+      ffi::Span<const int64_t> cg_j, ffi::Span<const int64_t> cg_k,                          \
+      ffi::Span<const double> cg_v, int64_t n_paths, int64_t n_entries,                      \
+      ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms
+
+template <typename T>
+ffi::Error ConvTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
+                     ffi::AnyBuffer senders, ffi::AnyBuffer receivers, ffi::AnyBuffer by_recv,
+                     ffi::AnyBuffer recv_ranges, ffi::AnyBuffer by_send,
+                     ffi::AnyBuffer send_ranges, ffi::Result<ffi::AnyBuffer> out,
+                     const TpAttrs& attrs) {
+  for (ffi::AnyBuffer* ids : {&senders, &receivers, &by_recv, &recv_ranges, &by_send, &send_ranges}) {
+    if (ids->element_type() != ffi::DataType::S32) return Invalid("int32 indices");
+  }
+  const int m = attrs.mode;
+  const int64_t e = static_cast<int64_t>(senders.element_count());
+  const int64_t r = static_cast<int64_t>(recv_ranges.element_count()) - 1;
+  const int64_t s = static_cast<int64_t>(send_ranges.element_count()) - 1;
+  if (static_cast<int64_t>(receivers.element_count()) != e ||
+      static_cast<int64_t>(by_recv.element_count()) != e ||
+      static_cast<int64_t>(by_send.element_count()) != e || r < 0 || s < 0) {
+    return Invalid("graph operands disagree");
+  }
+  const int64_t rows[4] = {s, e, e, r};
+  ffi::AnyBuffer* const operands[3] = {&a, &b, &c};
+  TpOperands<T> ops{};
+  if (ffi::Error err = SlotData<T>(attrs, operands, rows, ops.slot, kOp, "the graph and irreps");
+      err.failure()) {
+    return err;
+  }
+  if (static_cast<int64_t>(out->element_count()) != rows[m] * attrs.dims[m]) {
+    return Invalid("result shape disagrees with the graph and irreps");
+  }
+  auto tables = Tables<T>(attrs, kOp);
+  if (!tables.has_value()) return tables.error();
+  for (int k = 0; k < 4; ++k) ops.dims[k] = attrs.dims[k];
+  ops.result = out->typed_data<T>();
+  ops.rows = rows[m];
+  TpGraph g;
+  g.senders = senders.typed_data<int32_t>();
+  g.receivers = receivers.typed_data<int32_t>();
+  const bool by_sender = m == tp::kX;  // x's cotangent: sender nodes; out: receiver nodes
+  g.order = (by_sender ? by_send : by_recv).typed_data<int32_t>();
+  g.ranges = (by_sender ? send_ranges : recv_ranges).typed_data<int32_t>();
+  g.n_senders = s;
+  g.n_receivers = r;
+  return LaunchTp<T>(stream, m, *tables, ops, g, kOp);
+}
+
+ffi::Error ConvImpl(JAXEXT_CONV_CUDA_PARAMS) {
+  TpAttrs attrs;
+  if (ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                     n_entries, x_terms, out_terms, kOp, &attrs);
+      err.failure()) {
+    return err;
+  }
+  switch (out->element_type()) {
+    case ffi::DataType::F32:
+      return ConvTyped<float>(stream, a, b, c, senders, receivers, by_recv, recv_ranges, by_send,
+                              send_ranges, out, attrs);
+    case ffi::DataType::F64:
+      return ConvTyped<double>(stream, a, b, c, senders, receivers, by_recv, recv_ranges, by_send,
+                               send_ranges, out, attrs);
+    default:
+      return Invalid("float32 or float64 only");
+  }
+}
+
+// Copies the tables to the device before any graph capture.
+ffi::Error ConvInitializeImpl(JAXEXT_CONV_CUDA_PARAMS) {
+  TpAttrs attrs;
+  if (ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                     n_entries, x_terms, out_terms, kOp, &attrs);
+      err.failure()) {
+    return err;
+  }
+  if (out->element_type() == ffi::DataType::F32) {
+    auto t = Tables<float>(attrs, kOp);
+    return t.has_value() ? ffi::Error::Success() : t.error();
+  }
+  auto t = Tables<double>(attrs, kOp);
+  return t.has_value() ? ffi::Error::Success() : t.error();
+}
+
+#undef JAXEXT_CONV_CUDA_PARAMS
+
+}  // namespace
+
+#define JAXEXT_CONV_CUDA_BINDING(stage)                 \
+  ffi::Ffi::Bind<stage>()                               \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()         \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCudaInitialize, ConvInitializeImpl,
+                              JAXEXT_CONV_CUDA_BINDING(ffi::ExecutionStage::kInitialize));
+// Command-buffer compatible: the tables were copied in the initialize stage; launches only.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCuda, ConvImpl,
+                              JAXEXT_CONV_CUDA_BINDING(ffi::ExecutionStage::kExecute),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+#undef JAXEXT_CONV_CUDA_BINDING
+
+}  // namespace cuda
+}  // namespace jaxext

@@ -1,0 +1,194 @@
+#include "jaxext/cuda/tp_cuda.h"
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "jaxext/common/tp_binding.h"
+#include "jaxext/cuda/tp_cuda_common.h"
+#include "jaxext/kernels/tp.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxext {
+namespace cuda {
+namespace {
+
+// The bytes that define a product's tables (paths, then i, j, k, then the values in T).
+template <typename T>
+std::string TableBytes(const TpAttrs& a) {
+  std::string bytes;
+  auto add = [&](const void* p, size_t n) { bytes.append(static_cast<const char*>(p), n); };
+  add(a.paths, sizeof(tp::Path) * a.n_paths);
+  for (const int64_t* v : {a.ci, a.cj, a.ck}) add(v, sizeof(int64_t) * a.n_entries);
+  for (int64_t e = 0; e < a.n_entries; ++e) {
+    const T value = static_cast<T>(a.cv[e]);
+    add(&value, sizeof(T));
+  }
+  return bytes;
+}
+
+std::mutex& TablesMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+
+// (device, bytes) -> device copy of the bytes. Never freed: executables that use them may run
+// at any time, and there is one per distinct product and precision.
+std::map<std::pair<int, std::string>, void*>& TablesCache() {
+  static auto* cache = new std::map<std::pair<int, std::string>, void*>;
+  return *cache;
+}
+
+template <typename T>
+ffi::ErrorOr<TpTables<T>> GetTables(const TpAttrs& a, const char* op) {
+  int device = 0;
+  auto fail = [&](const char* what, cudaError_t err) {
+    return ffi::Unexpected(ffi::Error::Internal(std::string(op) + ": " + what + ": " +
+                                                cudaGetErrorString(err)));
+  };
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    return fail("cudaGetDevice", err);
+  }
+  std::string bytes = TableBytes<T>(a);
+  void* base = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(TablesMutex());
+    auto key = std::make_pair(device, bytes);
+    auto it = TablesCache().find(key);
+    if (it != TablesCache().end()) {
+      base = it->second;
+    } else {
+      if (cudaError_t err = cudaMalloc(&base, std::max<size_t>(bytes.size(), 8));
+          err != cudaSuccess) {
+        return fail("cudaMalloc of the product's tables", err);
+      }
+      if (cudaError_t err = cudaMemcpy(base, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
+          err != cudaSuccess) {
+        cudaFree(base);
+        return fail("copying the product's tables", err);
+      }
+      TablesCache().emplace(std::move(key), base);
+    }
+  }
+  const char* p = static_cast<const char*>(base);
+  TpTables<T> t;
+  t.n_paths = a.n_paths;
+  t.paths = reinterpret_cast<const tp::Path*>(p);
+  p += sizeof(tp::Path) * a.n_paths;
+  t.ci = reinterpret_cast<const int64_t*>(p);
+  t.cj = t.ci + a.n_entries;
+  t.ck = t.cj + a.n_entries;
+  t.cv = reinterpret_cast<const T*>(t.ck + a.n_entries);
+  return t;
+}
+
+ffi::Error Invalid(const std::string& what) {
+  return ffi::Error::InvalidArgument("jaxext tensor_product: " + what);
+}
+
+#define JAXEXT_TP_CUDA_PARAMS                                                                  \
+  cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,                 \
+      ffi::Result<ffi::AnyBuffer> out, int64_t mode, ffi::Span<const int64_t> dims,          \
+      ffi::Span<const int64_t> paths, ffi::Span<const int64_t> cg_i,                         \
+      ffi::Span<const int64_t> cg_j, ffi::Span<const int64_t> cg_k,                          \
+      ffi::Span<const double> cg_v, int64_t n_paths, int64_t n_entries,                      \
+      ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms
+
+template <typename T>
+ffi::Error TensorProductTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                              ffi::AnyBuffer c, ffi::Result<ffi::AnyBuffer> out,
+                              const TpAttrs& attrs) {
+  const int m = attrs.mode;
+  const int64_t rows = out->dimensions().size() >= 1 ? out->dimensions()[0] : 0;
+  const int64_t slot_rows[4] = {rows, rows, rows, rows};
+  ffi::AnyBuffer* const operands[3] = {&a, &b, &c};
+  TpOperands<T> ops{};
+  if (ffi::Error err = SlotData<T>(attrs, operands, slot_rows, ops.slot, "jaxext tensor_product",
+                                    "the irreps");
+      err.failure()) {
+    return err;
+  }
+  if (static_cast<int64_t>(out->element_count()) != rows * attrs.dims[m]) {
+    return Invalid("result shape disagrees with the irreps");
+  }
+  auto tables = Tables<T>(attrs, "jaxext tensor_product");
+  if (!tables.has_value()) return tables.error();
+  for (int s = 0; s < 4; ++s) ops.dims[s] = attrs.dims[s];
+  ops.result = out->typed_data<T>();
+  ops.rows = rows;
+  return LaunchTp<T>(stream, m, *tables, ops, TpGraph{}, "jaxext tensor_product");
+}
+
+ffi::Error TensorProductImpl(JAXEXT_TP_CUDA_PARAMS) {
+  TpAttrs attrs;
+  if (ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                     n_entries, x_terms, out_terms, "jaxext tensor_product",
+                                     &attrs);
+      err.failure()) {
+    return err;
+  }
+  switch (out->element_type()) {
+    case ffi::DataType::F32:
+      return TensorProductTyped<float>(stream, a, b, c, out, attrs);
+    case ffi::DataType::F64:
+      return TensorProductTyped<double>(stream, a, b, c, out, attrs);
+    default:
+      return Invalid("float32 or float64 only");
+  }
+}
+
+// Copies the tables to the device before any graph capture.
+ffi::Error TensorProductInitializeImpl(JAXEXT_TP_CUDA_PARAMS) {
+  TpAttrs attrs;
+  if (ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                     n_entries, x_terms, out_terms, "jaxext tensor_product",
+                                     &attrs);
+      err.failure()) {
+    return err;
+  }
+  if (out->element_type() == ffi::DataType::F32) {
+    auto t = Tables<float>(attrs, "jaxext tensor_product");
+    return t.has_value() ? ffi::Error::Success() : t.error();
+  }
+  auto t = Tables<double>(attrs, "jaxext tensor_product");
+  return t.has_value() ? ffi::Error::Success() : t.error();
+}
+
+#undef JAXEXT_TP_CUDA_PARAMS
+
+}  // namespace
+
+ffi::ErrorOr<TpTables<float>> TablesF32(const TpAttrs& a, const char* op) {
+  return GetTables<float>(a, op);
+}
+ffi::ErrorOr<TpTables<double>> TablesF64(const TpAttrs& a, const char* op) {
+  return GetTables<double>(a, op);
+}
+
+#define JAXEXT_TP_CUDA_BINDING(stage)                   \
+  ffi::Ffi::Bind<stage>()                               \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()         \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTensorProductCudaInitialize, TensorProductInitializeImpl,
+                              JAXEXT_TP_CUDA_BINDING(ffi::ExecutionStage::kInitialize));
+// Command-buffer compatible: the tables were copied in the initialize stage; launches only.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTensorProductCuda, TensorProductImpl,
+                              JAXEXT_TP_CUDA_BINDING(ffi::ExecutionStage::kExecute),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+#undef JAXEXT_TP_CUDA_BINDING
+
+}  // namespace cuda
+}  // namespace jaxext

@@ -1,0 +1,18 @@
+// CUDA FFI handler of jaxext.equivariant.tensor_product, all four modes (see tp_cuda_common.h for
+// the kernel): same operands, result and attributes as the CPU handler (jaxext/cpu/tp_cpu.h). The
+// initialize stage copies the product's tables to the device.
+#ifndef JAXEXT_CUDA_TP_CUDA_H_
+#define JAXEXT_CUDA_TP_CUDA_H_
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxext {
+namespace cuda {
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTensorProductCudaInitialize);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTensorProductCuda);
+
+}  // namespace cuda
+}  // namespace jaxext
+
+#endif  // JAXEXT_CUDA_TP_CUDA_H_

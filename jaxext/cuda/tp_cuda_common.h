@@ -1,0 +1,174 @@
+// What the CUDA handlers of jaxext.equivariant.tensor_product and .conv share: the product's
+// tables in device memory, and one kernel for both.
+//
+// Tables: the paths and Clebsch-Gordan entries arrive as FFI attributes (host memory). They are
+// copied to the device once per (device, precision, contents), in the FFI initialize stage
+// (before any CUDA graph capture), and kept for the life of the process.
+//
+// Kernel: one block per result row (a tensor product's row; a convolution's node, adding its
+// edges in sorted order, or one edge for the y and w cotangents), its threads over the channels u
+// of each path. Every element of the result row is owned by one thread, which adds its terms in a
+// fixed order (edges, paths, Clebsch-Gordan entries): deterministic, no atomics. The y cotangent
+// sums over channels, so there a thread owns y components instead and loops over u itself.
+#ifndef JAXEXT_CUDA_TP_CUDA_COMMON_H_
+#define JAXEXT_CUDA_TP_CUDA_COMMON_H_
+
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "jaxext/common/tp_binding.h"
+#include "jaxext/kernels/tp.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxext {
+namespace cuda {
+
+// Device copies of the tables (cv in T).
+template <typename T>
+struct TpTables {
+  const tp::Path* paths = nullptr;
+  const int64_t *ci = nullptr, *cj = nullptr, *ck = nullptr;
+  const T* cv = nullptr;
+  int64_t n_paths = 0;
+};
+
+// The tables of `a` on the current device (copied there on first use; host-synchronous then).
+xla::ffi::ErrorOr<TpTables<float>> TablesF32(const TpAttrs& a, const char* op);
+xla::ffi::ErrorOr<TpTables<double>> TablesF64(const TpAttrs& a, const char* op);
+
+template <typename T>
+xla::ffi::ErrorOr<TpTables<T>> Tables(const TpAttrs& a, const char* op) {
+  if constexpr (sizeof(T) == 4) {
+    return TablesF32(a, op);
+  } else {
+    return TablesF64(a, op);
+  }
+}
+
+// Rows of the four slots for result row r, for a plain product (all rows r) or a convolution.
+struct TpGraph {
+  const int32_t* senders = nullptr;     // null: a plain product
+  const int32_t* receivers = nullptr;
+  const int32_t* order = nullptr;       // the result's node: its edges, sorted (by_recv / by_send)
+  const int32_t* ranges = nullptr;
+  int64_t n_senders = 0, n_receivers = 0;  // valid node ids: [0, n)
+};
+
+template <typename T>
+struct TpOperands {
+  const T* slot[4];   // x, y, w, out cotangent (the result's slot: null)
+  int64_t dims[4];
+  T* result;
+  int64_t rows;       // result rows
+};
+
+constexpr int kTpThreads = 64;
+
+// The contribution of one set of rows (x, y, w, o: e3nn layout) to `acc` (the result row, e3nn
+// layout), for the elements this thread owns.
+template <typename T, int kMode>
+__device__ void TpAddRow(const TpTables<T>& t, const T* __restrict__ x, const T* __restrict__ y,
+                         const T* __restrict__ w, const T* __restrict__ o, T* __restrict__ acc,
+                         int lane) {
+  for (int64_t p = 0; p < t.n_paths; ++p) {
+    const tp::Path q = t.paths[p];
+    for (int64_t e = q.begin; e < q.end; ++e) {
+      const int64_t i = t.ci[e], j = t.cj[e], k = t.ck[e];
+      if constexpr (kMode == tp::kY) {
+        if ((q.y + j) % kTpThreads != lane) continue;
+        T dot = T(0);
+        for (int64_t u = 0; u < q.mul; ++u) {
+          dot += w[q.w + u] * x[q.x + u * q.dx + i] * o[q.out + u * q.dout + k];
+        }
+        acc[q.y + j] += t.cv[e] * dot;
+      } else {
+        const T s = t.cv[e] * y[q.y + j];
+        for (int64_t u = lane; u < q.mul; u += kTpThreads) {
+          if constexpr (kMode == tp::kOut) {
+            acc[q.out + u * q.dout + k] += s * w[q.w + u] * x[q.x + u * q.dx + i];
+          } else if constexpr (kMode == tp::kX) {
+            acc[q.x + u * q.dx + i] += s * w[q.w + u] * o[q.out + u * q.dout + k];
+          } else {  // kW
+            acc[q.w + u] += s * x[q.x + u * q.dx + i] * o[q.out + u * q.dout + k];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(kTpThreads)
+    TpKernel(TpTables<T> t, TpOperands<T> ops, TpGraph g) {
+  const int lane = threadIdx.x;
+  const int64_t* d = ops.dims;
+  for (int64_t r = blockIdx.x; r < ops.rows; r += gridDim.x) {
+    T* acc = ops.result + r * d[kMode];
+    for (int64_t c = lane; c < d[kMode]; c += kTpThreads) acc[c] = T(0);
+    __syncthreads();  // zeroed by one thread, accumulated by another
+    bool bad = false;  // an edge naming a node out of range: the row is NaN
+    auto add = [&](int64_t xr, int64_t er, int64_t orow) {
+      if (g.senders != nullptr &&
+          (xr < 0 || xr >= g.n_senders || orow < 0 || orow >= g.n_receivers)) {
+        bad = true;
+        return;
+      }
+      const T* no = nullptr;
+      TpAddRow<T, kMode>(t, ops.slot[tp::kX] ? ops.slot[tp::kX] + xr * d[tp::kX] : no,
+                         ops.slot[tp::kY] ? ops.slot[tp::kY] + er * d[tp::kY] : no,
+                         ops.slot[tp::kW] ? ops.slot[tp::kW] + er * d[tp::kW] : no,
+                         ops.slot[tp::kOut] ? ops.slot[tp::kOut] + orow * d[tp::kOut] : no, acc,
+                         lane);
+    };
+    if (g.senders == nullptr) {
+      add(r, r, r);
+    } else if (kMode == tp::kY || kMode == tp::kW) {  // one edge per result row
+      add(g.senders[r], r, g.receivers[r]);
+    } else {  // a node: its edges in sorted order
+      for (int32_t q = g.ranges[r]; q < g.ranges[r + 1]; ++q) {
+        const int32_t k = g.order[q];
+        add(g.senders[k], k, g.receivers[k]);
+      }
+    }
+    __syncthreads();  // every thread's terms are in (and `bad` is the same in every thread)
+    if (bad) {
+      for (int64_t c = lane; c < d[kMode]; c += kTpThreads) acc[c] = T(NAN);
+      __syncthreads();
+    }
+  }
+}
+
+// Launches TpKernel for ops.rows rows on `stream`.
+template <typename T>
+xla::ffi::Error LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
+                         const TpOperands<T>& ops, const TpGraph& g, const char* op) {
+  if (ops.rows == 0) return xla::ffi::Error::Success();
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ops.rows, int64_t{1} << 20));
+  switch (mode) {
+    case tp::kOut:
+      TpKernel<T, tp::kOut><<<blocks, kTpThreads, 0, stream>>>(t, ops, g);
+      break;
+    case tp::kX:
+      TpKernel<T, tp::kX><<<blocks, kTpThreads, 0, stream>>>(t, ops, g);
+      break;
+    case tp::kY:
+      TpKernel<T, tp::kY><<<blocks, kTpThreads, 0, stream>>>(t, ops, g);
+      break;
+    default:
+      TpKernel<T, tp::kW><<<blocks, kTpThreads, 0, stream>>>(t, ops, g);
+      break;
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return xla::ffi::Error::Internal(std::string(op) + ": CUDA launch failed: " +
+                                     cudaGetErrorString(err));
+  }
+  return xla::ffi::Error::Success();
+}
+
+}  // namespace cuda
+}  // namespace jaxext
+
+#endif  // JAXEXT_CUDA_TP_CUDA_COMMON_H_
