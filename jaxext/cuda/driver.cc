@@ -45,6 +45,7 @@ const Driver& GetDriver() {
     Resolve(lib, "cuModuleLoadDataEx", d->module_load, d->error);
     Resolve(lib, "cuModuleGetFunction", d->module_get_function, d->error);
     Resolve(lib, "cuFuncSetAttribute", d->func_set_attribute, d->error);
+    Resolve(lib, "cuFuncGetAttribute", d->func_get_attribute, d->error);
     Resolve(lib, "cuLaunchKernel", d->launch, d->error);
     Resolve(lib, "cuLinkCreate_v2", d->link_create, d->error);
     Resolve(lib, "cuLinkAddData_v2", d->link_add_data, d->error);

@@ -25,6 +25,7 @@ struct Driver {
   CUresult (*module_load)(CUmodule*, const void*, unsigned, CUjit_option*, void**) = nullptr;
   CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*func_set_attribute)(CUfunction, CUfunction_attribute, int) = nullptr;
+  CUresult (*func_get_attribute)(int*, CUfunction_attribute, CUfunction) = nullptr;
   CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                      unsigned, CUstream, void**, void**) = nullptr;
   CUresult (*link_create)(unsigned, CUjit_option*, void**, CUlinkState*) = nullptr;

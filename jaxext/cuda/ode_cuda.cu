@@ -1,11 +1,14 @@
 #include "jaxext/cuda/ode_cuda.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -133,39 +136,65 @@ std::string UserPrefix(std::string_view name) {
   return "jaxext.ode.dop853 '" + std::string(name) + "' (CUDA): ";
 }
 
-// Linked modules, per (context, precision, user PTX). Never unloaded: executables that may
-// launch them outlive any call, and there is one per distinct set of user functions.
+// Linked modules, per (context, precision, user PTX), with their kernels as looked up. Never
+// unloaded: executables that may launch them outlive any call, and there is one per distinct set
+// of user functions. Keyed by a hash of the PTX; the PTX itself is compared on a hit.
+struct UserModule {
+  std::string ptx;
+  CUmodule module = nullptr;
+  std::map<std::string, CUfunction> kernels;
+};
+
 std::mutex& UserModulesMutex() {
   static auto* mu = new std::mutex;
   return *mu;
 }
-std::map<std::pair<std::pair<CUcontext, int>, std::string>, CUmodule>& UserModules() {
-  static auto* modules = new std::map<std::pair<std::pair<CUcontext, int>, std::string>, CUmodule>;
+using UserModuleKey = std::tuple<CUcontext, int, size_t>;
+std::map<UserModuleKey, std::vector<UserModule>>& UserModules() {
+  static auto* modules = new std::map<UserModuleKey, std::vector<UserModule>>;
   return *modules;
 }
 
-// The module of `device_code` (the user's PTX) linked with our kernels for T, in ctx.
+// Kernel `kernel` (empty: only link) of `device_code` (the user's PTX) linked with our kernels
+// for T, in ctx; links on first use.
 template <typename T>
-ffi::ErrorOr<CUmodule> UserModule(const StreamContext& ctx, std::string_view name,
-                                  std::string_view device_code) {
+ffi::ErrorOr<CUfunction> UserKernel(const StreamContext& ctx, std::string_view name,
+                                    std::string_view device_code, const std::string& kernel) {
   std::lock_guard<std::mutex> lock(UserModulesMutex());
-  auto key = std::make_pair(std::make_pair(ctx.get(), static_cast<int>(sizeof(T))),
-                            std::string(device_code));
-  auto it = UserModules().find(key);
-  if (it != UserModules().end()) return it->second;
-  const bool f32 = sizeof(T) == 4;
-  const std::string_view ours(
-      reinterpret_cast<const char*>(f32 ? kOdeUserFloat : kOdeUserDouble),
-      f32 ? kOdeUserFloatSize : kOdeUserDoubleSize);
-  auto module = LinkModule(ctx.driver(), {{CU_JIT_INPUT_FATBINARY, ours, "jaxext_dop853_user"},
-                                          {CU_JIT_INPUT_PTX, device_code, std::string(name)}});
-  if (!module.has_value()) {
-    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal,
-                                      UserPrefix(name) + "linking the user's functions: " +
-                                          std::string(module.error().message())));
+  auto& bucket = UserModules()[UserModuleKey(ctx.get(), static_cast<int>(sizeof(T)),
+                                             std::hash<std::string_view>()(device_code))];
+  UserModule* entry = nullptr;
+  for (UserModule& m : bucket) {
+    if (m.ptx == device_code) entry = &m;
   }
-  UserModules().emplace(std::move(key), *module);
-  return *module;
+  const Driver& drv = ctx.driver();
+  if (entry == nullptr) {
+    const bool f32 = sizeof(T) == 4;
+    const std::string_view ours(
+        reinterpret_cast<const char*>(f32 ? kOdeUserFloat : kOdeUserDouble),
+        f32 ? kOdeUserFloatSize : kOdeUserDoubleSize);
+    auto module = LinkModule(drv, {{CU_JIT_INPUT_FATBINARY, ours, "jaxext_dop853_user"},
+                                   {CU_JIT_INPUT_PTX, device_code, std::string(name)}});
+    if (!module.has_value()) {
+      return ffi::Unexpected(ffi::Error(
+          ffi::ErrorCode::kInternal,
+          UserPrefix(name) + "linking the user's functions (the driver must be at least as new "
+                             "as the CUDA 13.0 toolkit and numba-cuda's NVVM): " +
+              std::string(module.error().message())));
+    }
+    bucket.push_back(UserModule{std::string(device_code), *module, {}});
+    entry = &bucket.back();
+  }
+  if (kernel.empty()) return CUfunction{nullptr};
+  auto it = entry->kernels.find(kernel);
+  if (it != entry->kernels.end()) return it->second;
+  CUfunction fn = nullptr;
+  if (CUresult r = drv.module_get_function(&fn, entry->module, kernel.c_str()); r != CUDA_SUCCESS) {
+    return ffi::Unexpected(ffi::Error::Internal(UserPrefix(name) + "no kernel " + kernel + ": " +
+                                                drv.Describe(r)));
+  }
+  entry->kernels.emplace(kernel, fn);
+  return fn;
 }
 
 // The smallest kernel bound that holds n_aug components (0: none does).
@@ -262,22 +291,23 @@ ffi::Error UserDop853(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer par
 
   StreamContext ctx(reinterpret_cast<CUstream>(stream), UserPrefix(name));
   if (!ctx.ok()) return ctx.error();
-  auto module = UserModule<T>(ctx, name, device_code);
-  if (!module.has_value()) return module.error();
   const std::string kernel =
       ode_user::KernelPrefix(sensitivities != 0) + std::to_string(bound);
+  auto fn = UserKernel<T>(ctx, name, device_code, kernel);
+  if (!fn.has_value()) return fn.error();
   const Driver& drv = ctx.driver();
-  CUfunction fn = nullptr;
-  if (CUresult r = drv.module_get_function(&fn, *module, kernel.c_str()); r != CUDA_SUCCESS) {
-    return ffi::Error::Internal(UserPrefix(name) + "no kernel " + kernel + ": " +
-                                drv.Describe(r));
-  }
   void* argv[] = {&a};
   const unsigned blocks = static_cast<unsigned>((count + ode_user::kBlock - 1) / ode_user::kBlock);
-  if (CUresult r = drv.launch(fn, blocks, 1, 1, ode_user::kBlock, 1, 1, 0,
+  if (CUresult r = drv.launch(*fn, blocks, 1, 1, ode_user::kBlock, 1, 1, 0,
                               reinterpret_cast<CUstream>(stream), argv, nullptr);
       r != CUDA_SUCCESS) {
-    return ffi::Error::Internal(UserPrefix(name) + "kernel launch failed: " + drv.Describe(r));
+    // The workspace lives in local memory, which the driver reserves for every thread the GPU
+    // can hold: large states can exhaust it.
+    int local = 0;
+    drv.func_get_attribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, *fn);
+    return ffi::Error::Internal(UserPrefix(name) + "kernel launch failed: " + drv.Describe(r) +
+                                " (kernel " + kernel + ": " + std::to_string(local) +
+                                " bytes of local memory per thread)");
   }
   return ffi::Error::Success();
 }
@@ -415,11 +445,11 @@ ffi::Error Dop853InitializeImpl(JAXEXT_DOP853_CUDA_PARAMS) {
   if (!ctx.ok()) return ctx.error();
   switch (y0.element_type()) {
     case ffi::DataType::F32: {
-      auto module = UserModule<float>(ctx, name, device_code);
+      auto module = UserKernel<float>(ctx, name, device_code, "");
       return module.has_value() ? ffi::Error::Success() : module.error();
     }
     case ffi::DataType::F64: {
-      auto module = UserModule<double>(ctx, name, device_code);
+      auto module = UserKernel<double>(ctx, name, device_code, "");
       return module.has_value() ? ffi::Error::Success() : module.error();
     }
     default:

@@ -110,14 +110,16 @@ __device__ void Integrate(const Args<T>& a) {
 }  // namespace jaxext
 
 // The kernels, by name (ode_user_kernels.h): one per bound in kStateBounds / kSensitivityBounds.
+// The argument stays in parameter memory (__grid_constant__: its address is taken, no copy).
 #define JAXEXT_ODE_USER_KERNEL(bound)                                                    \
   extern "C" __global__ void __launch_bounds__(jaxext::cuda::ode_user::kBlock)           \
-      jaxext_dop853_user_##bound(jaxext::cuda::ode_user::Args<T> a) {                     \
+      jaxext_dop853_user_##bound(const __grid_constant__ jaxext::cuda::ode_user::Args<T> a) { \
     jaxext::cuda::ode_user::Integrate<bound, false>(a);                                  \
   }
 #define JAXEXT_ODE_USER_SENS_KERNEL(bound)                                               \
   extern "C" __global__ void __launch_bounds__(jaxext::cuda::ode_user::kBlock)           \
-      jaxext_dop853_user_sens_##bound(jaxext::cuda::ode_user::Args<T> a) {                \
+      jaxext_dop853_user_sens_##bound(                                                   \
+          const __grid_constant__ jaxext::cuda::ode_user::Args<T> a) {                    \
     jaxext::cuda::ode_user::Integrate<bound, true>(a);                                   \
   }
 

@@ -64,7 +64,9 @@ def _numpy_for_numba_cuda():
 def _compiling_for(cc: tuple[int, int]):
   """numba-cuda 0.30 compiles a device function called from the function being compiled for
   `get_current_device().compute_capability`, which needs a CUDA driver (and may not be the
-  target). While jaxext compiles (under `_lock`), that lookup answers the target's capability."""
+  target). While jaxext compiles (under `_lock`), that lookup answers the target's capability.
+  The lookup is module-global: another thread compiling with numba.cuda at that moment would see
+  the target's capability too."""
   from numba.cuda import dispatcher
 
   class _Target:
@@ -111,7 +113,8 @@ def _import_numba_cuda():
       from numba import cuda
       from numba.cuda import compiler  # noqa: F401 - fails here if numba-cuda is broken
   except ImportError as err:
-    raise ImportError("jaxext.numba_cuda_kernel needs numba-cuda: "
+    raise ImportError("compiling Python functions for CUDA (jaxext.numba_cuda_kernel, "
+                      "jaxext.ode's right-hand sides on CUDA) needs numba-cuda: "
                       "pip install 'jaxext[numba-cuda]' (numba-cuda>=0.30.4)") from err
   return cuda
 
@@ -269,7 +272,7 @@ def compile_device_function(source: str, callees: dict, types, *, symbol: str,
         raise TypeError(f"{what}: the compiled device function returns {ret} and takes {params}; "
                         f"jaxext calls it as returning {layout[0]} and taking {list(layout[1])} "
                         "(Numba's CUDA calling convention; is this numba-cuda supported?)")
-      ptx = re.sub(re.escape(name) + r"(?![\w$])", symbol, ptx)
+      ptx = re.sub(r"(?<![\w$])" + re.escape(name) + r"(?![\w$])", symbol, ptx)
       ptx = ptx.replace(name + "_param_", symbol + "_param_")
       _write_cache(content, ptx)
     return DeviceFunction(content_id=content, ptx=ptx, symbol=symbol)

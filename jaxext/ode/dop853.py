@@ -214,9 +214,13 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
   if user_rhs is not None or any(e.fn is not None for e in events):
     _native_module()  # a clear error if Numba is missing
     user = UserFunctions(user_rhs, events)
-    # Compiled here for the CPU, so that Numba's errors surface at trace time and the native
-    # functions exist before an executable runs (disk-cached); CUDA compiles its own at lowering.
-    _user_attrs(user, "cpu", name, dtype, n, params.shape[1])
+    # Compiled for the CPU here (disk-cached), so that Numba's errors surface at trace time for
+    # CPU runs. A function only numba-cuda compiles (e.g. calling @cuda.jit device functions) is
+    # left to the lowering: that of the platform it runs on reports what fails there.
+    try:
+      _user_attrs(user, "cpu", name, dtype, n, params.shape[1])
+    except TypeError:
+      pass
 
   outs = dop853_p.bind(y0, params, t_span, t_eval, user=user, name=str(name),
                        model=constants, rtol=rtol, atol=atol, first_step=float(first_step),
@@ -252,7 +256,7 @@ class UserFunctions:
     self.events = events
     from jaxext.numba_bridge import compile_cpu  # importable: _native_module() succeeded
     fns = (None if rhs is None else (rhs.fn, rhs.jacobian),
-           tuple(e.fn for e in events if e.fn is not None))
+           tuple((i, e.fn) for i, e in enumerate(events) if e.fn is not None))
     self.key = compile_cpu.content_id(fns, ("ode-user", len(events)), ()) or 1
 
   def __eq__(self, other):
