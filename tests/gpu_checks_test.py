@@ -21,8 +21,11 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   assert r.returncode == 0, r.stdout + r.stderr
   report = json.loads((tmp_path / "gpu_checks.json").read_text())
   assert report["checks"] and all(report["checks"].values()), report["checks"]
-  # 10 Kepler + 7 limbdark + 9 transit + 5 ode (CPU against CPU here)
-  assert len(report["checks"]) == 31
+  # 10 Kepler + 7 limbdark + 9 transit + 5 ode + 7 equivariant (CPU against CPU here)
+  assert len(report["checks"]) == 38
+  layer = [row for row in report["bench"] if row.get("op", "").startswith("equivariant")]
+  assert len(layer) == 4 and all(row["forward_ms"] > 0 and row["forward_backward_ms"] > 0
+                                 for row in layer)
   ode = [row for row in report["bench"] if row.get("op", "").startswith("ode.dop853")]
   assert len(ode) == 1 and ode[0]["n"] == 100 and ode[0]["us_per_trajectory"] > 0
   kepler = [row for row in report["bench"] if "op" not in row]

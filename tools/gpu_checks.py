@@ -180,6 +180,11 @@ def main():
   except Exception as err:  # noqa: BLE001
     check("ode.dop853 checks completed", False, repr(err)[:2000])
 
+  try:
+    equivariant_checks(check, gpu, cpu, best, report, rng, small=args.device != "gpu")
+  except Exception as err:  # noqa: BLE001
+    check("equivariant checks completed", False, repr(err)[:2000])
+
   if args.device == "gpu":
     try:
       ode_user_checks(check, gpu, cpu, best, report, rng)
@@ -463,6 +468,110 @@ def ode_user_checks(check, gpu, cpu, best, report, rng):
       t = best(fn, ys)
       row = {"op": f"ode.dop853 J2 1 day rtol=1e-9 ({label} rhs)", "n": count, "s": t,
              "us_per_trajectory": t / count * 1e6}
+      report["bench"].append(row)
+      print(row)
+
+
+def equivariant_checks(check, gpu, cpu, best, report, rng, small=False):
+  """jaxext.equivariant on the GPU against the CPU: harmonics to l = 6, the tensor product and the
+  fused convolution with their derivatives (forces and the gradient of a force loss), segment
+  sums; bitwise determinism from run to run; NaN for unsorted ids / out-of-range nodes; then the
+  MACE-like layer of benchmarks/equivariant_bench.py (N = 1000, E = 30000), forward and forward +
+  backward, against the same layer unfused (gather, tensor_product, segment_sum) on the GPU."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jaxext import equivariant as eq
+
+  a = lambda x: np.asarray(x)
+  on = lambda dev, *xs: [jax.device_put(x, dev) for x in xs]
+
+  def rel(x, y):
+    x, y = a(x), a(y)
+    return np.abs(x - y).max() / max(np.abs(y).max(), 1e-300)
+
+  for dtype, tol in ((np.float64, 1e-12), (np.float32, 2e-5)):
+    vec = rng.normal(size=(2000, 3)).astype(dtype)
+    f = jax.jit(lambda v: eq.spherical_harmonics(6, v))
+    r = rel(f(*on(gpu, vec)), f(*on(cpu, vec)))
+    check(f"equivariant gpu: harmonics l<=6 {np.dtype(dtype).name}", r < tol, f"relative {r:.3g}")
+
+  ix, iy, io = "8x0e+8x1o+8x2e", "0e+1o+2e+3o", "8x0e+8x1o+8x2e"
+  nodes, edges = 50, 400
+  snd, rcv = rng.integers(0, nodes, edges), rng.integers(0, nodes, edges)
+  pos = rng.normal(size=(nodes, 3))
+  x = rng.normal(size=(nodes, 72))
+  nw = 8 * 13  # paths of (0e+1o+2e) x (0e+1o+2e+3o) -> (0e+1o+2e): 13, 8 channels each
+  w = rng.normal(size=(edges, nw)) * 0.3
+
+  def energy(pos, x, w):
+    sh = eq.spherical_harmonics(iy, pos[rcv] - pos[snd])
+    h = eq.conv(x, sh, w, snd, rcv, nodes, ix, iy, io)
+    t = eq.tensor_product(x[snd], sh, w, ix, iy, io)
+    return jnp.sum(h ** 2) + jnp.sum(eq.segment_sum(t, rcv, nodes) * h)
+
+  try:
+    energy(pos, x, w)
+  except ValueError as err:  # the weight count above is wrong: say so plainly
+    check("equivariant gpu: test model builds", False, str(err)[:300])
+    return
+  forces = jax.jit(jax.grad(energy, argnums=(0, 1, 2)))
+  force_loss = jax.jit(jax.grad(lambda p, x, w: jnp.sum(jax.grad(energy)(p, x, w) ** 2),
+                                argnums=(0, 2)))
+  e_g, e_c = jax.jit(energy)(*on(gpu, pos, x, w)), jax.jit(energy)(*on(cpu, pos, x, w))
+  check("equivariant gpu: energy matches cpu", rel(e_g, e_c) < 1e-12, f"{rel(e_g, e_c):.3g}")
+  fg, fc = forces(*on(gpu, pos, x, w)), forces(*on(cpu, pos, x, w))
+  r = max(rel(p, q) for p, q in zip(fg, fc))
+  check("equivariant gpu: gradients (forces, x, w) match cpu", r < 1e-11, f"relative {r:.3g}")
+  lg, lc = force_loss(*on(gpu, pos, x, w)), force_loss(*on(cpu, pos, x, w))
+  r = max(rel(p, q) for p, q in zip(lg, lc))
+  check("equivariant gpu: gradient of a force loss matches cpu", r < 1e-10, f"relative {r:.3g}")
+  again = forces(*on(gpu, pos, x, w))
+  check("equivariant gpu: bitwise deterministic run to run",
+        all(np.array_equal(a(p), a(q)) for p, q in zip(fg, again)))
+
+  ids = np.sort(rng.integers(-2, 30, 500)).astype(np.int32)
+  data = rng.normal(size=(500, 7))
+  seg = jax.jit(lambda d, i: eq.segment_sum(d, i, 25, indices_are_sorted=True))
+  r = rel(seg(*on(gpu, data, ids)), seg(*on(cpu, data, ids)))
+  check("equivariant gpu: sorted segment sum matches cpu", r < 1e-14, f"{r:.3g}")
+  if gpu.platform != "cpu":
+    bad = a(seg(*on(gpu, data, ids[::-1].copy())))
+    check("equivariant gpu: unsorted ids promised sorted give NaN", bool(np.isnan(bad).all()))
+    far = snd.copy()
+    far[0] = nodes + 5
+    sh = eq.spherical_harmonics(iy, pos[rcv] - pos[snd])
+    h = a(jax.jit(lambda s: eq.conv(x, sh, w, s, rcv, nodes, ix, iy, io))(
+        jax.device_put(far, gpu)))
+    check("equivariant gpu: an out-of-range sender makes its receiver's row NaN",
+          bool(np.isnan(h[rcv[0]]).all()) and not np.isnan(np.delete(h, rcv[0], 0)).any())
+
+  # The MACE-like layer (benchmarks/equivariant_bench.py's sizes), fused against unfused.
+  n_nodes, n_edges = (100, 3000) if small else (1000, 30000)
+  ix = io = "64x0e+64x1o+64x2e"
+  x = rng.normal(size=(n_nodes, 576))
+  snd, rcv = rng.integers(0, n_nodes, n_edges), rng.integers(0, n_nodes, n_edges)
+  vec = rng.normal(size=(n_edges, 3))
+  w = rng.normal(size=(n_edges, 64 * 13))
+
+  def fused(x, vec, w):
+    return eq.conv(x, eq.spherical_harmonics(iy, vec), w, snd, rcv, n_nodes, ix, iy, io)
+
+  def unfused(x, vec, w):
+    t = eq.tensor_product(x[snd], eq.spherical_harmonics(iy, vec), w, ix, iy, io)
+    return jax.ops.segment_sum(t, rcv, n_nodes)
+
+  for dtype in (np.float32, np.float64):
+    args = on(gpu, *(v.astype(dtype) for v in (x, vec, w)))
+    for label, fn in (("fused", fused), ("unfused", unfused)):
+      fwd = jax.jit(fn)
+      both = jax.jit(jax.value_and_grad(lambda x, v, w, fn=fn: jnp.sum(fn(x, v, w) ** 2),
+                                        argnums=(0, 1, 2)))
+      jax.block_until_ready(fwd(*args))
+      jax.block_until_ready(both(*args))
+      row = {"op": f"equivariant MACE-like layer ({label})", "dtype": np.dtype(dtype).name,
+             "nodes": n_nodes, "edges": n_edges, "forward_ms": best(fwd, *args) * 1e3,
+             "forward_backward_ms": best(both, *args) * 1e3}
       report["bench"].append(row)
       print(row)
 
