@@ -15,6 +15,8 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   shutil.copy(os.environ["JAXEXT_CPU_HANDLERS"], libs / "jaxext_cpu_handlers.so")
   env = {k: v for k, v in os.environ.items() if k != "JAXEXT_HANDLER_LIBRARIES"}
   env["OUT"] = str(tmp_path)
+  env["PYTHONFAULTHANDLER"] = "1"
+  env["PYTHONUNBUFFERED"] = "1"
   r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--device", "cpu",
                       "--libs", str(libs), "--n", "200000", "--repeats", "2"],
                      env=env, capture_output=True, text=True)

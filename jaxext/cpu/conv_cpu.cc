@@ -1,6 +1,7 @@
 #include "jaxext/cpu/conv_cpu.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -52,19 +53,21 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
                                  std::to_string(r) + " receivers)"));
     }
   }
+  // Everything the chunks use is copied or owned: they run after this function returned.
+  auto owned = Own(attrs);
   auto values = TpRows<T>::Values(attrs);
   const int32_t* order_r = by_recv.typed_data<int32_t>();
   const int32_t* range_r = recv_ranges.typed_data<int32_t>();
   const int32_t* order_s = by_send.typed_data<int32_t>();
   const int32_t* range_s = send_ranges.typed_data<int32_t>();
   T* result = out->typed_data<T>();
-  const int64_t* d = attrs.dims;
+  const std::array<int64_t, 4> d{attrs.dims[0], attrs.dims[1], attrs.dims[2], attrs.dims[3]};
   const int64_t n_rows = rows[m];
   const int64_t per_row = std::max<int64_t>(1, attrs.n_entries * 8 * std::max<int64_t>(1, e) /
                                                    std::max<int64_t>(1, n_rows));
   return ParallelFor(pool, n_rows, std::max<int64_t>(1, 200000 / per_row),
                      [=](int64_t begin, int64_t end) {
-                       TpRows<T> row(attrs, values);
+                       TpRows<T> row(owned->attrs, values);
                        auto add_edge = [&](int64_t k) {  // edge k's four rows
                          const T* no = nullptr;
                          row.Add(slot[tp::kX] ? slot[tp::kX] + snd[k] * d[tp::kX] : no,

@@ -18,6 +18,37 @@
 namespace jaxext {
 namespace cpu {
 
+// The attributes copied out of the call frame, for work that runs after the handler returned
+// (its future completes later): the decoded TpAttrs point into the copies.
+struct OwnedTpAttrs {
+  std::vector<int64_t> paths, ci, cj, ck, x_terms, out_terms;
+  std::vector<double> cv;
+  TpAttrs attrs;
+};
+
+inline std::shared_ptr<const OwnedTpAttrs> Own(const TpAttrs& a) {
+  auto o = std::make_shared<OwnedTpAttrs>();
+  const int64_t* paths = reinterpret_cast<const int64_t*>(a.paths);
+  o->paths.assign(paths, paths + a.n_paths * tp::kPathFields);
+  o->ci.assign(a.ci, a.ci + a.n_entries);
+  o->cj.assign(a.cj, a.cj + a.n_entries);
+  o->ck.assign(a.ck, a.ck + a.n_entries);
+  o->cv.assign(a.cv, a.cv + a.n_entries);
+  const int64_t* xt = reinterpret_cast<const int64_t*>(a.x_terms);
+  const int64_t* ot = reinterpret_cast<const int64_t*>(a.out_terms);
+  o->x_terms.assign(xt, xt + a.n_x_terms * tp::kTermFields);
+  o->out_terms.assign(ot, ot + a.n_out_terms * tp::kTermFields);
+  o->attrs = a;
+  o->attrs.paths = reinterpret_cast<const tp::Path*>(o->paths.data());
+  o->attrs.ci = o->ci.data();
+  o->attrs.cj = o->cj.data();
+  o->attrs.ck = o->ck.data();
+  o->attrs.cv = o->cv.data();
+  o->attrs.x_terms = reinterpret_cast<const tp::Term*>(o->x_terms.data());
+  o->attrs.out_terms = reinterpret_cast<const tp::Term*>(o->out_terms.data());
+  return o;
+}
+
 // tp::AccumulateMode, per CPU (tp_common.cc: AVX-512 / AVX2 / baseline clones).
 void AccumulateRow(int mode, const tp::Path* paths, int64_t n_paths, const int64_t* ci,
                    const int64_t* cj, const int64_t* ck, const double* cv, const double* x,
