@@ -482,6 +482,31 @@ def test_conv_is_deterministic_and_checks_indices():
     eq.conv(x, y, w, snd, rcv, -1, *CONV_IRREPS)
 
 
+def test_conv_and_product_calls_in_flight_together():
+  # The handlers return a future and their chunks run later on XLA's pool: many calls dispatched
+  # without waiting (two executables interleaved) must each give what a lone, waited-for call
+  # gives. (A chunk once read the handler's returned stack frame; that race showed up in
+  # gpu_checks_test's second-order gradients, less reliably here.)
+  x, _, w, snd, rcv = _conv_inputs(30, 400, 36)
+  pos = np.random.default_rng(37).normal(size=(30, 3))
+  y = eq.spherical_harmonics(CONV_IRREPS[1], pos[rcv] - pos[snd])
+
+  def energy(pos, x, w):  # a second-order gradient: many more kernels after each conv
+    sh = eq.spherical_harmonics(CONV_IRREPS[1], pos[rcv] - pos[snd])
+    return jnp.sum(eq.conv(x, sh, w, snd, rcv, 30, *CONV_IRREPS) ** 2)
+
+  grad = jax.jit(jax.grad(lambda p, x, w: jnp.sum(jax.grad(energy)(p, x, w) ** 2),
+                          argnums=(0, 1, 2)))
+  prod = jax.jit(lambda x, y, w: eq.tensor_product(x, y, w, *CONV_IRREPS))
+  want_g = [np.asarray(g) for g in grad(pos, x, w)]
+  want_p = np.asarray(prod(x[snd], y, w))
+  flights = [(grad(pos, x, w), prod(x[snd], y, w)) for _ in range(24)]
+  for g, p in flights:
+    for got, want in zip(g, want_g):
+      np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_array_equal(np.asarray(p), want_p)
+
+
 def test_conv_vmap_with_batched_graphs_and_grad():
   graphs = [_conv_inputs(8, 30, 50 + s) for s in range(2)]
   stack = lambda k: np.stack([g[k] for g in graphs])
