@@ -223,6 +223,9 @@ def parse_function(ptx: str) -> tuple[str, str, list[str]]:
   return name, ret, [p.split()[1] for p in params.split(",") if p.strip()]
 
 
+_device_functions: dict = {}  # content id -> DeviceFunction, this process's
+
+
 @dataclasses.dataclass(frozen=True)
 class DeviceFunction:
   content_id: int
@@ -244,11 +247,14 @@ def compile_device_function(source: str, callees: dict, types, *, symbol: str,
   types) the PTX must declare: a numba-cuda whose convention differs fails here. `key` is what the
   compilation depends on beside the callees; `env` adds globals to the wrapper. Once per content
   id; the PTX is cached on disk."""
-  options = (("cuda", tuple(cc)), ("source", source), ("symbol", symbol),
+  options = (("cuda", tuple(cc)), ("source", source), ("symbol", symbol), ("types", str(types)),
+             ("layout", repr(layout)), ("env", repr(sorted((env or {}).items()))),
              ("numba-cuda", _numba_cuda_version()))
   fns = tuple(getattr(f, "py_func", f) for f in callees.values())
   content = compile_cpu.content_id(fns, key, options)
   with _lock:
+    if content in _device_functions:
+      return _device_functions[content]
     ptx = _read_cache(content)
     if ptx is None:
       cuda = _import_numba_cuda()
@@ -275,7 +281,9 @@ def compile_device_function(source: str, callees: dict, types, *, symbol: str,
       ptx = re.sub(r"(?<![\w$])" + re.escape(name) + r"(?![\w$])", symbol, ptx)
       ptx = ptx.replace(name + "_param_", symbol + "_param_")
       _write_cache(content, ptx)
-    return DeviceFunction(content_id=content, ptx=ptx, symbol=symbol)
+    function = DeviceFunction(content_id=content, ptx=ptx, symbol=symbol)
+    _device_functions[content] = function
+    return function
 
 
 _COMPLETE = "\n// jaxext-complete\n"
