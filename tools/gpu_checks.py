@@ -19,8 +19,10 @@ against the pure-JAX solver of benchmarks/kepler_bench.py on the GPU; then the l
 GPU against CPU (flux and gradients, quadratic and quartic laws, both dtypes), NaN handling, and
 ns per point on n points; the fused transit light curve (GPU against CPU, ns per point); then
 jaxext.numba_cuda_kernel (needs numba-cuda on the GPU machine):
-results against NumPy, both vmap modes, a jitted loop, and per-call cost. Exits non-zero on a
-failure.
+results against NumPy, both vmap modes, a jitted loop, and per-call cost; jaxext.ode.dop853 with
+built-in models and with Python right-hand sides linked at run time (against the CPU, then
+trajectories per second up to 1e6); jaxext.equivariant (against the CPU, determinism, the
+MACE-like layer fused and unfused). Exits non-zero on a failure.
 """
 
 import argparse
