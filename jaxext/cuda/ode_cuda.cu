@@ -320,9 +320,9 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
                        ffi::Result<ffi::AnyBuffer> ys, ffi::Result<ffi::AnyBuffer> t_final,
                        ffi::Result<ffi::AnyBuffer> y_final, ffi::Result<ffi::AnyBuffer> stats,
                        ffi::Result<ffi::AnyBuffer> t_events, ffi::Result<ffi::AnyBuffer> y_events,
-                       ffi::Result<ffi::AnyBuffer> event_counts, int64_t rhs_id,
-                       ffi::Span<const double> model, ffi::Span<const double> rtol,
-                       ffi::Span<const double> atol, double first_step, double max_step,
+                       ffi::Result<ffi::AnyBuffer> event_counts, ffi::Span<const double> model,
+                       ffi::Span<const double> rtol, ffi::Span<const double> atol,
+                       double first_step, double max_step,
                        int64_t max_steps, int64_t n_events, ffi::Span<const int64_t> event_kinds,
                        ffi::Span<const double> event_consts,
                        ffi::Span<const int64_t> event_directions,
@@ -423,7 +423,7 @@ ffi::Error Dop853Impl(JAXEXT_DOP853_CUDA_PARAMS) {
                            event_directions, event_terminal, sensitivities, device_code);
     }
     return Dop853Typed<T>(stream, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
-                          t_events, y_events, event_counts, rhs_id, model, rtol, atol, first_step,
+                          t_events, y_events, event_counts, model, rtol, atol, first_step,
                           max_step, max_steps, n_events, event_kinds, event_consts,
                           event_directions, event_terminal, sensitivities);
   };
