@@ -501,6 +501,25 @@ def test_user_exception_raises():
 
 # --- transformations ----------------------------------------------------------------------------
 
+def test_user_functions_are_equal_by_content():
+  # The primitive carries the Python functions; equal contents give equal parameters (jit and
+  # eager caches hit for a re-created function), different ones or other event positions do not.
+  from jaxext.ode.dop853 import UserFunctions
+
+  def make(k):
+    def f(t, y, p, dydt):
+      dydt[0] = -k * y[0]
+    return ode.rhs(f)
+
+  radius = models.radius_event(1.0)
+  a, b, c = make(1.0), make(1.0), make(2.0)
+  assert UserFunctions(a, ()) == UserFunctions(b, ()) and hash(UserFunctions(a, ())) == hash(
+      UserFunctions(b, ()))
+  assert UserFunctions(a, ()) != UserFunctions(c, ())
+  assert UserFunctions(a, (radius, crosses_zero)) != UserFunctions(a, (crosses_zero, radius))
+  assert UserFunctions(None, (crosses_zero,)) != UserFunctions(a, (crosses_zero,))
+
+
 def test_jit_and_vmap_equal_direct_calls():
   rng = np.random.default_rng(2)
   y0 = rng.uniform(-1, 1, (3, 4, 2))
