@@ -60,7 +60,7 @@ ffi::Error ConvTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   if (static_cast<int64_t>(out->element_count()) != rows[m] * attrs.dims[m]) {
     return Invalid("result shape disagrees with the graph and irreps");
   }
-  auto tables = Tables<T>(attrs, kOp);
+  auto tables = Tables<T>(attrs, kOp, stream);
   if (!tables.has_value()) return tables.error();
   for (int k = 0; k < 4; ++k) ops.dims[k] = attrs.dims[k];
   ops.result = out->typed_data<T>();
@@ -71,8 +71,11 @@ ffi::Error ConvTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   const bool by_sender = m == tp::kX;  // x's cotangent: sender nodes; out: receiver nodes
   g.order = (by_sender ? by_send : by_recv).typed_data<int32_t>();
   g.ranges = (by_sender ? send_ranges : recv_ranges).typed_data<int32_t>();
+  g.recv_ranges = recv_ranges.typed_data<int32_t>();
+  g.send_ranges = send_ranges.typed_data<int32_t>();
   g.n_senders = s;
   g.n_receivers = r;
+  g.n_edges = e;
   return LaunchTp<T>(stream, m, *tables, ops, g, kOp);
 }
 

@@ -132,8 +132,9 @@ ffi::Error SegmentSumTyped(cudaStream_t stream, ffi::AnyBuffer data, ffi::AnyBuf
     return ffi::Error::InvalidArgument("jaxext segment_sum: bad shapes");
   }
   int32_t* flag_p = flag->typed_data<int32_t>();
-  if (cudaMemsetAsync(flag_p, 0, sizeof(int32_t), stream) != cudaSuccess) {
-    return Launched("jaxext segment_sum");
+  if (cudaError_t err = cudaMemsetAsync(flag_p, 0, sizeof(int32_t), stream); err != cudaSuccess) {
+    return ffi::Error::Internal(std::string("jaxext segment_sum: cudaMemsetAsync failed: ") +
+                                cudaGetErrorString(err));
   }
   if (e > 1) {
     CheckSortedKernel<<<Blocks(e), kBlock, 0, stream>>>(ids.typed_data<int32_t>(), e, flag_p);

@@ -48,7 +48,7 @@ std::map<std::pair<int, std::string>, void*>& TablesCache() {
 }
 
 template <typename T>
-ffi::ErrorOr<TpTables<T>> GetTables(const TpAttrs& a, const char* op) {
+ffi::ErrorOr<TpTables<T>> GetTables(const TpAttrs& a, const char* op, cudaStream_t stream) {
   int device = 0;
   auto fail = [&](const char* what, cudaError_t err) {
     return ffi::Unexpected(ffi::Error::Internal(std::string(op) + ": " + what + ": " +
@@ -63,8 +63,14 @@ ffi::ErrorOr<TpTables<T>> GetTables(const TpAttrs& a, const char* op) {
     std::lock_guard<std::mutex> lock(TablesMutex());
     auto key = std::make_pair(device, bytes);
     auto it = TablesCache().find(key);
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     if (it != TablesCache().end()) {
       base = it->second;
+    } else if (stream != nullptr && cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+               capturing != cudaStreamCaptureStatusNone) {
+      return ffi::Unexpected(ffi::Error::Internal(
+          std::string(op) + ": the product's tables are not on the device while a CUDA graph "
+                            "is being captured (the FFI initialize stage did not run)"));
     } else {
       if (cudaError_t err = cudaMalloc(&base, std::max<size_t>(bytes.size(), 8));
           err != cudaSuccess) {
@@ -119,7 +125,7 @@ ffi::Error TensorProductTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuf
   if (static_cast<int64_t>(out->element_count()) != rows * attrs.dims[m]) {
     return Invalid("result shape disagrees with the irreps");
   }
-  auto tables = Tables<T>(attrs, "jaxext tensor_product");
+  auto tables = Tables<T>(attrs, "jaxext tensor_product", stream);
   if (!tables.has_value()) return tables.error();
   for (int s = 0; s < 4; ++s) ops.dims[s] = attrs.dims[s];
   ops.result = out->typed_data<T>();
@@ -166,11 +172,12 @@ ffi::Error TensorProductInitializeImpl(JAXEXT_TP_CUDA_PARAMS) {
 
 }  // namespace
 
-ffi::ErrorOr<TpTables<float>> TablesF32(const TpAttrs& a, const char* op) {
-  return GetTables<float>(a, op);
+ffi::ErrorOr<TpTables<float>> TablesF32(const TpAttrs& a, const char* op, cudaStream_t stream) {
+  return GetTables<float>(a, op, stream);
 }
-ffi::ErrorOr<TpTables<double>> TablesF64(const TpAttrs& a, const char* op) {
-  return GetTables<double>(a, op);
+ffi::ErrorOr<TpTables<double>> TablesF64(const TpAttrs& a, const char* op,
+                                          cudaStream_t stream) {
+  return GetTables<double>(a, op, stream);
 }
 
 #define JAXEXT_TP_CUDA_BINDING(stage)                   \

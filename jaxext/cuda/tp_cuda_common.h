@@ -35,15 +35,20 @@ struct TpTables {
 };
 
 // The tables of `a` on the current device (copied there on first use; host-synchronous then).
-xla::ffi::ErrorOr<TpTables<float>> TablesF32(const TpAttrs& a, const char* op);
-xla::ffi::ErrorOr<TpTables<double>> TablesF64(const TpAttrs& a, const char* op);
+// `stream`: the execute stage's; if it is being captured into a CUDA graph and the tables are
+// not there yet (no initialize stage ran), an error instead of a copy that would break capture.
+xla::ffi::ErrorOr<TpTables<float>> TablesF32(const TpAttrs& a, const char* op,
+                                             cudaStream_t stream);
+xla::ffi::ErrorOr<TpTables<double>> TablesF64(const TpAttrs& a, const char* op,
+                                              cudaStream_t stream);
 
 template <typename T>
-xla::ffi::ErrorOr<TpTables<T>> Tables(const TpAttrs& a, const char* op) {
+xla::ffi::ErrorOr<TpTables<T>> Tables(const TpAttrs& a, const char* op,
+                                      cudaStream_t stream = nullptr) {
   if constexpr (sizeof(T) == 4) {
-    return TablesF32(a, op);
+    return TablesF32(a, op, stream);
   } else {
-    return TablesF64(a, op);
+    return TablesF64(a, op, stream);
   }
 }
 
@@ -53,7 +58,11 @@ struct TpGraph {
   const int32_t* receivers = nullptr;
   const int32_t* order = nullptr;       // the result's node: its edges, sorted (by_recv / by_send)
   const int32_t* ranges = nullptr;
-  int64_t n_senders = 0, n_receivers = 0;  // valid node ids: [0, n)
+  // Every edge's nodes are in range iff the receivers' and senders' ranges each cover all edges
+  // (Python builds them by searchsorted, so an out-of-range id falls outside them).
+  const int32_t* recv_ranges = nullptr;  // n_receivers + 1
+  const int32_t* send_ranges = nullptr;  // n_senders + 1
+  int64_t n_senders = 0, n_receivers = 0, n_edges = 0;
 };
 
 template <typename T>
@@ -104,17 +113,19 @@ __global__ void __launch_bounds__(kTpThreads)
     TpKernel(TpTables<T> t, TpOperands<T> ops, TpGraph g) {
   const int lane = threadIdx.x;
   const int64_t* d = ops.dims;
+  // An edge naming a node out of range makes the whole result NaN (the CPU raises instead).
+  const bool bad = g.senders != nullptr &&
+                   (g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
+                    g.send_ranges[0] != 0 || g.send_ranges[g.n_senders] != g.n_edges);
   for (int64_t r = blockIdx.x; r < ops.rows; r += gridDim.x) {
     T* acc = ops.result + r * d[kMode];
+    if (bad) {
+      for (int64_t c = lane; c < d[kMode]; c += kTpThreads) acc[c] = T(NAN);
+      continue;
+    }
     for (int64_t c = lane; c < d[kMode]; c += kTpThreads) acc[c] = T(0);
     __syncthreads();  // zeroed by one thread, accumulated by another
-    bool bad = false;  // an edge naming a node out of range: the row is NaN
     auto add = [&](int64_t xr, int64_t er, int64_t orow) {
-      if (g.senders != nullptr &&
-          (xr < 0 || xr >= g.n_senders || orow < 0 || orow >= g.n_receivers)) {
-        bad = true;
-        return;
-      }
       const T* no = nullptr;
       TpAddRow<T, kMode>(t, ops.slot[tp::kX] ? ops.slot[tp::kX] + xr * d[tp::kX] : no,
                          ops.slot[tp::kY] ? ops.slot[tp::kY] + er * d[tp::kY] : no,
@@ -132,11 +143,7 @@ __global__ void __launch_bounds__(kTpThreads)
         add(g.senders[k], k, g.receivers[k]);
       }
     }
-    __syncthreads();  // every thread's terms are in (and `bad` is the same in every thread)
-    if (bad) {
-      for (int64_t c = lane; c < d[kMode]; c += kTpThreads) acc[c] = T(NAN);
-      __syncthreads();
-    }
+    __syncthreads();  // before the next row
   }
 }
 

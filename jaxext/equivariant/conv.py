@@ -41,7 +41,7 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x,
       of weights of the product) per-edge path-and-channel weights (see tensor_product).
     senders, receivers: (E,) integer node indices (within the int32 range), in any order (sorted
       inside, stably); an index outside [0, num_senders) or [0, num_nodes) raises when the
-      computation runs (on CUDA, where a kernel cannot raise, the rows it touches are NaN).
+      computation runs (on CUDA, where a kernel cannot raise, the whole result is NaN).
     num_nodes: static number of output nodes.
 
   Returns:
