@@ -159,7 +159,8 @@ std::map<UserModuleKey, std::vector<UserModule>>& UserModules() {
 // for T, in ctx; links on first use.
 template <typename T>
 ffi::ErrorOr<CUfunction> UserKernel(const StreamContext& ctx, std::string_view name,
-                                    std::string_view device_code, const std::string& kernel) {
+                                    std::string_view device_code, const std::string& kernel,
+                                    cudaStream_t stream = nullptr) {
   std::lock_guard<std::mutex> lock(UserModulesMutex());
   auto& bucket = UserModules()[UserModuleKey(ctx.get(), static_cast<int>(sizeof(T)),
                                              std::hash<std::string_view>()(device_code))];
@@ -168,6 +169,14 @@ ffi::ErrorOr<CUfunction> UserKernel(const StreamContext& ctx, std::string_view n
     if (m.ptx == device_code) entry = &m;
   }
   const Driver& drv = ctx.driver();
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (entry == nullptr && stream != nullptr &&
+      cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+      capturing != cudaStreamCaptureStatusNone) {
+    return ffi::Unexpected(ffi::Error::Internal(
+        UserPrefix(name) + "the user's functions are not linked while a CUDA graph is being "
+                           "captured (the FFI initialize stage did not run)"));
+  }
   if (entry == nullptr) {
     const bool f32 = sizeof(T) == 4;
     const std::string_view ours(
@@ -293,7 +302,7 @@ ffi::Error UserDop853(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer par
   if (!ctx.ok()) return ctx.error();
   const std::string kernel =
       ode_user::KernelPrefix(sensitivities != 0) + std::to_string(bound);
-  auto fn = UserKernel<T>(ctx, name, device_code, kernel);
+  auto fn = UserKernel<T>(ctx, name, device_code, kernel, stream);
   if (!fn.has_value()) return fn.error();
   const Driver& drv = ctx.driver();
   void* argv[] = {&a};
