@@ -71,11 +71,16 @@ inline xla::ffi::Error DecodeTpAttrs(int64_t mode, xla::ffi::Span<const int64_t>
 }
 
 // The data of the three input slots (all but `mode`, given in slot order) after checking that slot
-// s holds rows[s] rows of dims[s]; slot[mode] stays null. `op` and `what` name the error.
+// s holds rows[s] rows of dims[s] and the result rows[mode] rows of dims[mode]; slot[mode] stays
+// null. `op` and `what` name the error.
 template <typename T>
 xla::ffi::Error SlotData(const TpAttrs& a, xla::ffi::AnyBuffer* const operands[3],
-                         const int64_t rows[4], const T* slot[4], const char* op,
-                         const char* what) {
+                         const xla::ffi::AnyBuffer& result, const int64_t rows[4],
+                         const T* slot[4], const char* op, const char* what) {
+  if (static_cast<int64_t>(result.element_count()) != rows[a.mode] * a.dims[a.mode]) {
+    return xla::ffi::Error::InvalidArgument(std::string(op) + ": result shape disagrees with " +
+                                            what);
+  }
   for (int s = 0, k = 0; s < 4; ++s) {
     slot[s] = nullptr;
     if (s == a.mode) continue;

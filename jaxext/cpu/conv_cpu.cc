@@ -35,13 +35,10 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
   const int64_t rows[4] = {s, e, e, r};
   ffi::AnyBuffer* const operands[3] = {&a, &b, &c};
   const T* slot[4];
-  if (ffi::Error err = SlotData<T>(attrs, operands, rows, slot, "jaxext equivariant.conv",
-                                    "the graph and irreps");
+  if (ffi::Error err = SlotData<T>(attrs, operands, *out, rows, slot,
+                                    "jaxext equivariant.conv", "the graph and irreps");
       err.failure()) {
     return ErrorFuture(std::move(err));
-  }
-  if (static_cast<int64_t>(out->element_count()) != rows[m] * attrs.dims[m]) {
-    return ErrorFuture(Invalid("result shape disagrees with the graph and irreps"));
   }
   const int32_t* snd = senders.typed_data<int32_t>();
   const int32_t* rcv = receivers.typed_data<int32_t>();

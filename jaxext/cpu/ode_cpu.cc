@@ -195,34 +195,20 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
                         ffi::Result<ffi::AnyBuffer> stats, ffi::Result<ffi::AnyBuffer> t_events,
                         ffi::Result<ffi::AnyBuffer> y_events,
                         ffi::Result<ffi::AnyBuffer> event_counts, const Attrs& a) {
-  auto dims = y0.dimensions();
-  if (dims.size() != 2) return ErrorFuture(Invalid("y0 must have rank 2"));
-  const int64_t count = dims[0], n = dims[1];
-  const int64_t np = params.dimensions().size() == 2 ? params.dimensions()[1] : -1;
-  const int64_t m = static_cast<int64_t>(t_eval.element_count());
   const int64_t n_events = a.n_events;
-  if (n_events < 0 || n_events > dop853::kMaxEvents) {
-    return ErrorFuture(Invalid("at most " + std::to_string(dop853::kMaxEvents) + " events"));
-  }
-  const int64_t kslots = n_events > 0 ? static_cast<int64_t>(t_events->element_count()) /
-                                            std::max<int64_t>(1, count * n_events)
-                                      : 0;
-  if (np < 0) return ErrorFuture(Invalid("params must have rank 2"));
   const bool sensitivities = a.sensitivities != 0;
-  const int64_t n_aug = sensitivities ? n + n * (n + np) : n;
-  if (params.dimensions()[0] != count ||
-      static_cast<int64_t>(t_span.element_count()) != 2 * count ||
-      static_cast<int64_t>(ys->element_count()) != count * m * n_aug ||
-      static_cast<int64_t>(t_final->element_count()) != count ||
-      static_cast<int64_t>(y_final->element_count()) != count * n_aug ||
-      static_cast<int64_t>(stats->element_count()) != 4 * count ||
-      static_cast<int64_t>(y_events->element_count()) != count * n_events * kslots * n_aug ||
-      static_cast<int64_t>(event_counts->element_count()) != count * n_events) {
-    return ErrorFuture(Invalid("operand and result shapes disagree"));
+  Dop853Shape shape;
+  if (const std::string bad = GetDop853Shape(
+          y0, params, t_span, t_eval, *ys, *t_final, *y_final, *stats, *t_events, *y_events,
+          *event_counts, a.rtol.size(), a.atol.size(), n_events,
+          {a.event_kinds.size(), a.event_ids.size(), a.event_consts.size(),
+           a.event_directions.size(), a.event_terminal.size()},
+          sensitivities, &shape);
+      !bad.empty()) {
+    return ErrorFuture(Invalid(bad));
   }
-  if (static_cast<int64_t>(a.rtol.size()) != n || static_cast<int64_t>(a.atol.size()) != n) {
-    return ErrorFuture(Invalid("rtol and atol must have one value per state component"));
-  }
+  const int64_t count = shape.count, n = shape.n, np = shape.np, n_aug = shape.n_aug;
+  const int64_t m = shape.m, kslots = shape.kslots;
   if (count == 0) return ReadyFuture();
 
   orbit::Model<T> model;
@@ -252,12 +238,6 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
         return ErrorFuture(Invalid("the Jacobian of '" + std::string(a.name) +
                                    "' is not compiled in this process"));
       }
-    }
-  }
-  for (const size_t size : {a.event_kinds.size(), a.event_ids.size(), a.event_consts.size(),
-                            a.event_directions.size(), a.event_terminal.size()}) {
-    if (static_cast<int64_t>(size) < n_events) {
-      return ErrorFuture(Invalid("event attributes shorter than n_events"));
     }
   }
   EventSet<T> events;

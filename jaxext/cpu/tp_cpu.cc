@@ -28,13 +28,10 @@ ffi::Future TensorProductTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::Any
   const int64_t slot_rows[4] = {rows, rows, rows, rows};
   ffi::AnyBuffer* const operands[3] = {&a, &b, &c};
   const T* slot[4];
-  if (ffi::Error err = SlotData<T>(attrs, operands, slot_rows, slot, "jaxext tensor_product",
-                                    "the irreps");
+  if (ffi::Error err = SlotData<T>(attrs, operands, *out, slot_rows, slot,
+                                    "jaxext tensor_product", "the irreps");
       err.failure()) {
     return ErrorFuture(std::move(err));
-  }
-  if (static_cast<int64_t>(out->element_count()) != rows * attrs.dims[m]) {
-    return ErrorFuture(Invalid("result shape disagrees with the irreps"));
   }
   // Everything the chunks use is copied or owned: they run after this function returned.
   auto owned = Own(attrs);

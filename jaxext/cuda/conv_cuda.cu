@@ -53,12 +53,10 @@ ffi::Error ConvTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   const int64_t rows[4] = {s, e, e, r};
   ffi::AnyBuffer* const operands[3] = {&a, &b, &c};
   TpOperands<T> ops{};
-  if (ffi::Error err = SlotData<T>(attrs, operands, rows, ops.slot, kOp, "the graph and irreps");
+  if (ffi::Error err =
+          SlotData<T>(attrs, operands, *out, rows, ops.slot, kOp, "the graph and irreps");
       err.failure()) {
     return err;
-  }
-  if (static_cast<int64_t>(out->element_count()) != rows[m] * attrs.dims[m]) {
-    return Invalid("result shape disagrees with the graph and irreps");
   }
   auto tables = Tables<T>(attrs, kOp, stream);
   if (!tables.has_value()) return tables.error();
@@ -106,12 +104,7 @@ ffi::Error ConvInitializeImpl(JAXEXT_CONV_CUDA_PARAMS) {
       err.failure()) {
     return err;
   }
-  if (out->element_type() == ffi::DataType::F32) {
-    auto t = Tables<float>(attrs, kOp);
-    return t.has_value() ? ffi::Error::Success() : t.error();
-  }
-  auto t = Tables<double>(attrs, kOp);
-  return t.has_value() ? ffi::Error::Success() : t.error();
+  return PrepareTables(attrs, out->element_type(), kOp);
 }
 
 #undef JAXEXT_CONV_CUDA_PARAMS

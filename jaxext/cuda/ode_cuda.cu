@@ -232,38 +232,24 @@ ffi::Error UserDop853(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer par
   auto invalid = [&](const std::string& what) {
     return ffi::Error::InvalidArgument(UserPrefix(name) + what);
   };
-  auto dims = y0.dimensions();
-  if (dims.size() != 2 || params.dimensions().size() != 2) {
-    return invalid("y0 and params must have rank 2");
+  Dop853Shape shape;
+  if (const std::string bad = GetDop853Shape(
+          y0, params, t_span, t_eval, *ys, *t_final, *y_final, *stats, *t_events, *y_events,
+          *event_counts, rtol.size(), atol.size(), n_events,
+          {event_kinds.size(), event_consts.size(), event_directions.size(),
+           event_terminal.size()},
+          sensitivities != 0, &shape);
+      !bad.empty()) {
+    return invalid(bad);
   }
-  const int64_t count = dims[0], n = dims[1], np = params.dimensions()[1];
+  const int64_t count = shape.count, n = shape.n, np = shape.np, n_aug = shape.n_aug;
+  const int64_t m = shape.m, kslots = shape.kslots;
   if (device_code.empty()) return invalid("the user's functions came without device code");
   if (n > ode_user::kMaxState) {
     return invalid("states of at most " + std::to_string(ode_user::kMaxState) + " components");
   }
-  const int64_t n_aug = sensitivities != 0 ? n + n * (n + np) : n;
   const int bound = UserBound(n_aug, sensitivities != 0);
   if (bound == 0) return invalid("the state (with sensitivities) is too large for the kernels");
-  if (n_events < 0 || n_events > dop853::kMaxEvents) return invalid("too many events");
-  for (const size_t size : {event_kinds.size(), event_consts.size(), event_directions.size(),
-                            event_terminal.size()}) {
-    if (static_cast<int64_t>(size) < n_events) return invalid("event attributes too short");
-  }
-  const int64_t m = static_cast<int64_t>(t_eval.element_count());
-  const int64_t kslots =
-      n_events > 0 ? static_cast<int64_t>(t_events->element_count()) /
-                         std::max<int64_t>(1, count * n_events)
-                   : 0;
-  if (params.dimensions()[0] != count ||
-      static_cast<int64_t>(t_span.element_count()) != 2 * count ||
-      static_cast<int64_t>(ys->element_count()) != count * m * n_aug ||
-      static_cast<int64_t>(y_final->element_count()) != count * n_aug ||
-      static_cast<int64_t>(stats->element_count()) != 4 * count ||
-      static_cast<int64_t>(y_events->element_count()) != count * n_events * kslots * n_aug ||
-      static_cast<int64_t>(event_counts->element_count()) != count * n_events ||
-      static_cast<int64_t>(rtol.size()) != n || static_cast<int64_t>(atol.size()) != n) {
-    return invalid("operand and result shapes disagree");
-  }
   ode_user::Args<T> a{};
   a.count = count;
   a.n = n;
@@ -336,32 +322,20 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
                        ffi::Span<const double> event_consts,
                        ffi::Span<const int64_t> event_directions,
                        ffi::Span<const int64_t> event_terminal, int64_t sensitivities) {
-  auto dims = y0.dimensions();
-  if (dims.size() != 2 || params.dimensions().size() != 2) {
-    return Invalid("y0 and params must have rank 2");
+  Dop853Shape shape;
+  if (const std::string bad = GetDop853Shape(
+          y0, params, t_span, t_eval, *ys, *t_final, *y_final, *stats, *t_events, *y_events,
+          *event_counts, rtol.size(), atol.size(), n_events,
+          {event_kinds.size(), event_consts.size(), event_directions.size(),
+           event_terminal.size()},
+          sensitivities != 0, &shape);
+      !bad.empty()) {
+    return Invalid(bad);
   }
-  const int64_t count = dims[0], n = dims[1], np = params.dimensions()[1];
-  if (n != kN) return Invalid("the built-in models need n = 6");
+  const int64_t count = shape.count, np = shape.np, m = shape.m, kslots = shape.kslots;
+  if (shape.n != kN) return Invalid("the built-in models need n = 6");
   if (sensitivities != 0 && np > kMaxParams) {
     return Invalid("derivatives on CUDA take at most 2 parameter columns");
-  }
-  if (n_events < 0 || n_events > dop853::kMaxEvents) return Invalid("too many events");
-  for (const size_t size : {event_kinds.size(), event_consts.size(), event_directions.size(),
-                            event_terminal.size()}) {
-    if (static_cast<int64_t>(size) < n_events) return Invalid("event attributes too short");
-  }
-  const int64_t n_aug = sensitivities != 0 ? n + n * (n + np) : n;
-  const int64_t m = static_cast<int64_t>(t_eval.element_count());
-  const int64_t kslots =
-      n_events > 0 ? static_cast<int64_t>(t_events->element_count()) / std::max<int64_t>(1, count * n_events)
-                   : 0;
-  if (static_cast<int64_t>(ys->element_count()) != count * m * n_aug ||
-      static_cast<int64_t>(y_final->element_count()) != count * n_aug ||
-      static_cast<int64_t>(stats->element_count()) != 4 * count ||
-      static_cast<int64_t>(y_events->element_count()) != count * n_events * kslots * n_aug ||
-      static_cast<int64_t>(event_counts->element_count()) != count * n_events ||
-      static_cast<int64_t>(rtol.size()) != n || static_cast<int64_t>(atol.size()) != n) {
-    return Invalid("operand and result shapes disagree");
   }
   Config<T> config;
   if (!config.model.Decode(model.begin(), static_cast<int64_t>(model.size()))) {

@@ -117,13 +117,10 @@ ffi::Error TensorProductTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuf
   const int64_t slot_rows[4] = {rows, rows, rows, rows};
   ffi::AnyBuffer* const operands[3] = {&a, &b, &c};
   TpOperands<T> ops{};
-  if (ffi::Error err = SlotData<T>(attrs, operands, slot_rows, ops.slot, "jaxext tensor_product",
-                                    "the irreps");
+  if (ffi::Error err = SlotData<T>(attrs, operands, *out, slot_rows, ops.slot,
+                                    "jaxext tensor_product", "the irreps");
       err.failure()) {
     return err;
-  }
-  if (static_cast<int64_t>(out->element_count()) != rows * attrs.dims[m]) {
-    return Invalid("result shape disagrees with the irreps");
   }
   auto tables = Tables<T>(attrs, "jaxext tensor_product", stream);
   if (!tables.has_value()) return tables.error();
@@ -160,12 +157,7 @@ ffi::Error TensorProductInitializeImpl(JAXEXT_TP_CUDA_PARAMS) {
       err.failure()) {
     return err;
   }
-  if (out->element_type() == ffi::DataType::F32) {
-    auto t = Tables<float>(attrs, "jaxext tensor_product");
-    return t.has_value() ? ffi::Error::Success() : t.error();
-  }
-  auto t = Tables<double>(attrs, "jaxext tensor_product");
-  return t.has_value() ? ffi::Error::Success() : t.error();
+  return PrepareTables(attrs, out->element_type(), "jaxext tensor_product");
 }
 
 #undef JAXEXT_TP_CUDA_PARAMS
@@ -178,6 +170,15 @@ ffi::ErrorOr<TpTables<float>> TablesF32(const TpAttrs& a, const char* op, cudaSt
 ffi::ErrorOr<TpTables<double>> TablesF64(const TpAttrs& a, const char* op,
                                           cudaStream_t stream) {
   return GetTables<double>(a, op, stream);
+}
+
+ffi::Error PrepareTables(const TpAttrs& a, ffi::DataType dtype, const char* op) {
+  if (dtype == ffi::DataType::F32) {
+    auto t = GetTables<float>(a, op, nullptr);
+    return t.has_value() ? ffi::Error::Success() : t.error();
+  }
+  auto t = GetTables<double>(a, op, nullptr);
+  return t.has_value() ? ffi::Error::Success() : t.error();
 }
 
 #define JAXEXT_TP_CUDA_BINDING(stage)                   \

@@ -52,6 +52,9 @@ xla::ffi::ErrorOr<TpTables<T>> Tables(const TpAttrs& a, const char* op,
   }
 }
 
+// The initialize stage of both handlers: the tables of `a`, in `dtype`, on the device.
+xla::ffi::Error PrepareTables(const TpAttrs& a, xla::ffi::DataType dtype, const char* op);
+
 // Rows of the four slots for result row r, for a plain product (all rows r) or a convolution.
 struct TpGraph {
   const int32_t* senders = nullptr;     // null: a plain product
