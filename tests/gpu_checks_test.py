@@ -25,7 +25,8 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   assert report["checks"] and all(report["checks"].values()), report["checks"]
   # 10 Kepler + 7 limbdark + 9 transit + 5 ode + 7 equivariant (CPU against CPU here)
   assert len(report["checks"]) == 38
-  layer = [row for row in report["bench"] if row.get("op", "").startswith("equivariant")]
+  layer = [row for row in report["bench"]
+           if row.get("op", "").startswith("equivariant MACE-like layer (")]
   assert len(layer) == 4 and all(row["forward_ms"] > 0 and row["forward_backward_ms"] > 0
                                  for row in layer)
   ode = [row for row in report["bench"] if row.get("op", "").startswith("ode.dop853")]
@@ -40,3 +41,41 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   assert len(transit) == 2 and all(row["ns_per_point"] > 0 for row in transit)
   for row in limbdark:
     assert row["ns_per_point"] > 0 and row["value_and_grad_ns_per_point"] > 0
+
+
+def test_gpu_checks_peer_arms_run_on_cpu(tmp_path):
+  """The peer arms (jaxoplanet, diffrax, e3nn-jax), which run by default only on a GPU, section by
+  section into one merged report."""
+  import pytest
+  for name in ("jaxoplanet", "diffrax", "e3nn_jax"):
+    pytest.importorskip(name)
+  libs = tmp_path / "libs"
+  libs.mkdir()
+  shutil.copy(os.environ["JAXEXT_CPU_HANDLERS"], libs / "jaxext_cpu_handlers.so")
+  env = {k: v for k, v in os.environ.items() if k != "JAXEXT_HANDLER_LIBRARIES"}
+  env.update(OUT=str(tmp_path), PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
+             JAXEXT_GPU_CHECKS_PEERS="1")
+  for section in ("limbdark", "ode", "equivariant"):
+    r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--device", "cpu",
+                        "--libs", str(libs), "--n", "20000", "--repeats", "1", "--only", section],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+  report = json.loads((tmp_path / "gpu_checks.json").read_text())
+  assert report["checks"] and all(report["checks"].values()), report["checks"]
+  assert not [row for row in report["bench"] if "error" in row or "jaxoplanet_error" in row]
+  limbdark = [row for row in report["bench"] if row.get("op") == "limbdark"]
+  assert {row["dtype"] for row in limbdark} == {"float32", "float64"}
+  for row in limbdark:
+    assert row["jaxoplanet_ns_per_point"] > 0
+    assert row["jaxoplanet_max_abs_diff"] < (1e-5 if row["dtype"] == "float32" else 1e-12)
+  (diffrax,) = [row for row in report["bench"] if row.get("op", "").startswith("ode GPU vs diffrax")]
+  assert diffrax["n"] == 100 and diffrax["diffrax_all_successful"]
+  # tol 1e-9 for a day: ~1e-4 km (ours) and ~3e-3 km (diffrax) here; a wrong model is off by 1e3
+  assert diffrax["ours_median_error_km"] < 1e-2 and diffrax["diffrax_median_error_km"] < 1e-1
+  assert diffrax["diffrax_lockstep_inflation"] >= 1
+  e3nn = [row for row in report["bench"] if row.get("op") == "equivariant MACE-like layer vs e3nn-jax"]
+  assert {row["dtype"] for row in e3nn} == {"float32", "float64"}
+  for row in e3nn:
+    tol = 1e-10 if row["dtype"] == "float64" else 1e-4
+    diffs = [v for k, v in row.items() if k.endswith("max rel diff vs e3nn")]
+    assert len(diffs) == 4 and max(diffs) < tol, row
