@@ -21,6 +21,7 @@ import jax
 
 _lock = threading.Lock()
 _registered: dict[str, tuple[str, ...]] = {}
+_libraries: dict[str, ctypes.CDLL] = {}  # platform -> handler library, in that mode
 
 # platform name used by XLA -> extension module
 _EXTENSIONS = {
@@ -64,6 +65,7 @@ _STAGED_SYMBOLS = {
     "jaxext_dop853": {"cpu": "JaxextDop853Cpu",
                       "cuda": {"initialize": "JaxextDop853CudaInitialize",
                                "execute": "JaxextDop853Cuda"}},
+    "jaxext_numba_call": {"cpu": "JaxextNumbaCallCpu"},
     "jaxext_numba_cuda_call": {"cuda": {"initialize": "JaxextNumbaCallCudaInitialize",
                                         "execute": "JaxextNumbaCallCuda"}},
     "jaxext_sph": {"cpu": "JaxextSphCpu", "cuda": "JaxextSphCuda"},
@@ -84,6 +86,7 @@ def _register(name: str, handler, platform: str) -> None:
 
 def _register_library(platform: str, path: str) -> list[str]:
   lib = ctypes.CDLL(os.path.abspath(path))
+  _libraries[platform] = lib
   names = []
   for name, symbol in _SYMBOLS.items():
     fn = getattr(lib, symbol.format("Cpu" if platform == "cpu" else "Cuda"))
@@ -127,3 +130,20 @@ def register_all() -> dict[str, tuple[str, ...]]:
         names.append(name)
       _registered[platform] = tuple(sorted(names))
     return _registered
+
+
+def register_native_function(function_id: int, address: int) -> None:
+  """Makes a native function compiled in this process (Numba: numba_kernel entry points, ODE
+  right-hand sides, events, Jacobians) known to the CPU handlers under its content id, in the
+  extension module or in the handler library, whichever registered the handlers."""
+  if not address:
+    raise ValueError("null native function address")
+  register_all()
+  lib = _libraries.get("cpu")
+  if lib is None:
+    _load("cpu").register_native_function(function_id, address)
+    return
+  fn = lib.JaxextRegisterNativeFunction
+  fn.argtypes, fn.restype = [ctypes.c_int64, ctypes.c_size_t], ctypes.c_int
+  if fn(function_id, address) != 0:
+    raise ValueError("null native function address")

@@ -43,12 +43,10 @@ def _parse_version(text: str) -> tuple[int, ...]:
 
 JAX_VERSION = _parse_version(jax.__version__)
 
-# jax 0.12 removed the public alias `batching.not_mapped`; unmapped operands have batch dim None
-# (as they had before, under that name).
-if JAX_VERSION < (0, 12, 0):
-  NOT_MAPPED = batching.not_mapped
-else:
-  NOT_MAPPED = None
+# Unmapped operands have batch dim None. jax 0.10 names it `batching.not_mapped`; the alias is gone
+# by 0.11.2 (seen on the lent GPU machine's jax 0.11.2, not only in 0.12 as first assumed), so the
+# alias is looked up rather than gated on a version.
+NOT_MAPPED = getattr(batching, "not_mapped", None)
 
 
 def is_mapped(dim) -> bool:

@@ -18,6 +18,7 @@ import jaxext, jaxext._ffi as ffi
 assert ffi.register_all() == {"cpu": tuple(sorted(["jaxext_dop853", "jaxext_kepler_f32", "jaxext_kepler_f64",
     "jaxext_limbdark_f32", "jaxext_limbdark_f64", "jaxext_limbdark_grad_f32",
     "jaxext_limbdark_grad_f64", "jaxext_limbdark_hess_f32", "jaxext_limbdark_hess_f64",
+    "jaxext_numba_call",
     "jaxext_transit_f32", "jaxext_transit_f64", "jaxext_transit_grad_f32", "jaxext_transit_grad_f64",
     "jaxext_transit_lin_f32", "jaxext_transit_lin_f64", "jaxext_transit_vjp_f32",
     "jaxext_transit_vjp_f64", "jaxext_sph", "jaxext_segment_sum", "jaxext_conv",
@@ -39,6 +40,7 @@ np.save(sys.argv[1], np.stack([np.asarray(s), np.asarray(c), np.full(1001, float
 sol = jaxext.ode.dop853(jaxext.ode.models.earth(j2=True), ORBITS, (0.0, 3600.0))
 np.save(sys.argv[2], np.asarray(sol.y_final))
 np.save(sys.argv[3], np.concatenate([np.ravel(np.asarray(a)) for a in EQUIVARIANT()]))
+np.save(sys.argv[4], np.concatenate([np.ravel(np.asarray(a)) for a in NUMBA()]))
 """
 
 
@@ -63,18 +65,43 @@ def equivariant():
   return sh, tp, out, seg, g
 
 
+def numba_functions():
+  """A Numba kernel (vmapped) and an ODE with a Python right-hand side and event: Numba-compiled
+  functions the handlers find by content id (registered in the library in that mode)."""
+  import jax
+  import jaxext
+  from jaxext import ode
+
+  @jaxext.numba_kernel(outputs=lambda x, y, **_: jax.ShapeDtypeStruct(x.shape, x.dtype))
+  def axpy(x, y, out, alpha):
+    for i in range(x.shape[0]):
+      out[i] = alpha * x[i] + y[i]
+
+  @ode.rhs
+  def oscillator(t, y, p, dydt):
+    dydt[0] = y[1]
+    dydt[1] = -p[0] * y[0]
+
+  crossing = ode.event(lambda t, y, p: y[0], name="crossing")
+  x = np.linspace(-1.0, 1.0, 12).reshape(3, 4)
+  sol = ode.dop853(oscillator, np.array([[1.0, 0.0], [0.5, 0.3]]), (0.0, 5.0),
+                   np.array([[2.0], [0.7]]), events=[crossing], rtol=1e-10, atol=1e-10)
+  return jax.vmap(lambda a: axpy(a, a, alpha=0.5))(x), sol.y_final, sol.t_events
+
+
 # Two orbits (km, km/s) for the ODE handler.
 ORBITS = "np.array([[7000.0, 0, 0, 0, 5.0, 5.5], [0, 8000.0, 100.0, -7.0, 0, 1.0]])"
 _SCRIPT = _SCRIPT.replace("ORBITS", ORBITS).replace(
-    "EQUIVARIANT()", "__import__('handler_library_test').equivariant()")
+    "EQUIVARIANT()", "__import__('handler_library_test').equivariant()").replace(
+    "NUMBA()", "__import__('handler_library_test').numba_functions()")
 
 
 def test_handler_library_matches_extension(tmp_path):
   out, out_ode = str(tmp_path / "r.npy"), str(tmp_path / "ode.npy")
-  out_eq = str(tmp_path / "eq.npy")
+  out_eq, out_nb = str(tmp_path / "eq.npy"), str(tmp_path / "nb.npy")
   env = dict(os.environ, JAXEXT_HANDLER_LIBRARIES=f"cpu={LIB}",
              PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
-  subprocess.run([sys.executable, "-c", _SCRIPT, out, out_ode, out_eq], check=True, env=env)
+  subprocess.run([sys.executable, "-c", _SCRIPT, out, out_ode, out_eq, out_nb], check=True, env=env)
   got = np.load(out)
   import jax
   jax.config.update("jax_enable_x64", True)
@@ -99,6 +126,9 @@ def test_handler_library_matches_extension(tmp_path):
   np.testing.assert_array_equal(np.load(out_ode), np.asarray(sol.y_final))
   np.testing.assert_array_equal(
       np.load(out_eq), np.concatenate([np.ravel(np.asarray(a)) for a in equivariant()]))
+  numba = np.concatenate([np.ravel(np.asarray(a)) for a in numba_functions()])
+  assert np.isfinite(numba).sum() > 12 + 4  # the kernel, the final states and some crossings
+  np.testing.assert_array_equal(np.load(out_nb), numba)
 
 
 def test_bad_spec_is_a_clear_error():

@@ -34,3 +34,12 @@ uintptr_t LookupNativeFunction(int64_t id) {
 
 }  // namespace cpu
 }  // namespace jaxext
+
+// The registry's C entry point, exported by the handler library (ffi_handler_library), which has
+// no Python module: jaxext._ffi calls it through ctypes. 0 on success, -1 for a null address.
+extern "C" __attribute__((visibility("default"))) int JaxextRegisterNativeFunction(
+    int64_t id, uintptr_t address) {
+  if (address == 0) return -1;
+  jaxext::cpu::RegisterNativeFunction(id, address);
+  return 0;
+}

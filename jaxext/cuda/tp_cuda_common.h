@@ -113,7 +113,8 @@ __device__ void TpAddRow(const TpTables<T>& t, const T* __restrict__ x, const T*
 
 template <typename T, int kMode>
 __global__ void __launch_bounds__(kTpThreads)
-    TpKernel(TpTables<T> t, TpOperands<T> ops, TpGraph g) {
+    TpKernel(const __grid_constant__ TpTables<T> t, const __grid_constant__ TpOperands<T> ops,
+             const __grid_constant__ TpGraph g) {
   const int lane = threadIdx.x;
   const int64_t* d = ops.dims;
   // An edge naming a node out of range makes the whole result NaN (the CPU raises instead).

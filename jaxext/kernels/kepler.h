@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "jaxext/kernels/platform.h"
 
@@ -207,7 +208,22 @@ JAXEXT_HD double cbrt_positive(double x) {
 }
 
 JAXEXT_HD float cbrt_positive(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::cbrtf(x);  // the starter needs ~1e-3; a double cbrt costs the GPU's FP64 pipe
+#else
   return static_cast<float>(cbrt_positive(static_cast<double>(x)));
+#endif
+}
+
+// a / b where a few ulps are harmless (the starter, and corrections far smaller than the result).
+// On the GPU in float: a reciprocal and a product instead of IEEE division's refinement sequence
+// (ncu on an H100: the float kernel is instruction-bound). |b| stays in [2^-126, 2^126] here.
+template <typename T>
+JAXEXT_HD T loose_div(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return __fdividef(a, b);
+#endif
+  return a / b;
 }
 
 template <typename T>
@@ -238,16 +254,16 @@ JAXEXT_HD void solve(T mean_anomaly, T ecc, T* sin_e, T* cos_e) {
 
   // 2. Mikkola's starter.
   const T denom = T(4) * e + T(0.5);
-  const T alpha = (T(1) - e) / denom;
-  const T beta = T(0.5) * m / denom;
+  const T alpha = loose_div(T(1) - e, denom);
+  const T beta = loose_div(T(0.5) * m, denom);
   using std::sqrt;
   const T z3 = beta + sqrt(beta * beta + alpha * alpha * alpha);
   const T z = cbrt_positive(z3);
   const T z2 = z * z;
   // s = z - alpha / z, written without cancellation.
-  T s = T(2) * beta / (z2 + alpha + alpha * alpha / z2);
+  T s = loose_div(T(2) * beta, z2 + alpha + loose_div(alpha * alpha, z2));
   const T s2 = s * s;
-  s = s - T(0.078) * s2 * s2 * s / (T(1) + e);
+  s = s - loose_div(T(0.078) * s2 * s2 * s, T(1) + e);
   T E = m + e * (T(3) * s - T(4) * s * s * s);
 
   // 3. One fourth-order correction.
@@ -258,14 +274,14 @@ JAXEXT_HD void solve(T mean_anomaly, T ecc, T* sin_e, T* cos_e) {
     const T f0 = E - esn - m;
     const T f1 = T(1) - ecs;
     // Halley's step, in one division, then the fourth-order step built on it.
-    const T d2 = -T(2) * f0 * f1 / (T(2) * f1 * f1 - f0 * esn);
-    const T d3 = -f0 / (f1 + T(0.5) * d2 * esn + d2 * d2 * ecs * T(1.0 / 6.0));
+    const T d2 = loose_div(-T(2) * f0 * f1, T(2) * f1 * f1 - f0 * esn);
+    const T d3 = loose_div(-f0, f1 + T(0.5) * d2 * esn + d2 * d2 * ecs * T(1.0 / 6.0));
     E = E + d3;
   }
   // Final Newton step, with sin/cos of the update by the addition theorem (d is ~ulp-sized).
   sincos(E, &sn, &cs);
   const T f0 = E - e * sn - m;
-  const T d = -f0 / (T(1) - e * cs);
+  const T d = loose_div(-f0, T(1) - e * cs);
   const T dd = T(0.5) * d * d;
   T sin_out = sn + cs * d - sn * dd;
   T cos_out = cs - sn * d - cs * dd;

@@ -414,8 +414,7 @@ def _lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
   if "cpu" not in _ffi.register_all():
     raise NotImplementedError("jaxext.numba_kernel: this build of jaxext has no CPU extension")
   entry = kernel.entry(_signature(ctx.avals_in, bmasks, outs, items))
-  from jaxext.cpu import _cpu_ops
-  _cpu_ops.register_native_function(entry.kernel_id, entry.address)
+  _ffi.register_native_function(entry.kernel_id, entry.address)
   return _partitioned(ctx, args, kernel, outs, nbatch, bmasks, _TARGET, dict(
       kernel_id=np.int64(entry.kernel_id), name=kernel.name, **_param_attrs(items),
       nbatch=np.int64(nbatch), bmasks=np.asarray(bmasks, np.int64),

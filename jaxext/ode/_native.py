@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxext import _ffi
 from jaxext.numba_bridge import compile_cpu
 
 try:
@@ -26,8 +27,7 @@ _NB = {"float32": nbtypes.float32, "float64": nbtypes.float64}
 
 
 def _register(entry) -> int:
-  from jaxext.cpu import _cpu_ops
-  _cpu_ops.register_native_function(entry.kernel_id, entry.address)
+  _ffi.register_native_function(entry.kernel_id, entry.address)
   return entry.kernel_id
 
 
