@@ -68,6 +68,7 @@ XLA_FFI_HEADERS = {
 # CI runs the whole test suite under each set.
 JAX_SETS = {
     "floor": "0.10.0",  # == JAXLIB_FLOOR
+    "mid": "0.11.2",  # in between: what the lent GPU machines run
     "newest": "0.12.0.1",  # the newest release on PyPI
     "default": "newest",
 }
