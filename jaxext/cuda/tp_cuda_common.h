@@ -85,12 +85,20 @@ constexpr int kTpThreads = 64;
 template <typename T, int kMode>
 __device__ void TpAddRow(const TpTables<T>& t, const T* __restrict__ x, const T* __restrict__ y,
                          const T* __restrict__ w, const T* __restrict__ o, T* __restrict__ acc,
-                         int lane) {
+                         int lane, bool lane_rows) {
   for (int64_t p = 0; p < t.n_paths; ++p) {
     const tp::Path q = t.paths[p];
     for (int64_t e = q.begin; e < q.end; ++e) {
       const int64_t i = t.ci[e], j = t.cj[e], k = t.ck[e];
       if constexpr (kMode == tp::kY) {
+        if (lane_rows) {  // every lane: its channels' share, into its own row
+          T dot = T(0);
+          for (int64_t u = lane; u < q.mul; u += kTpThreads) {
+            dot += w[q.w + u] * x[q.x + u * q.dx + i] * o[q.out + u * q.dout + k];
+          }
+          acc[q.y + j] += t.cv[e] * dot;
+          continue;
+        }
         if ((q.y + j) % kTpThreads != lane) continue;
         T dot = T(0);
         for (int64_t u = 0; u < q.mul; ++u) {
@@ -118,6 +126,8 @@ __device__ void TpAddRow(const TpTables<T>& t, const T* __restrict__ x, const T*
 // the groups' rows are then added in group order. Still one owner per element and a fixed order
 // (deterministic), with kTpGroups times the threads: a layer's ~1000 nodes alone gave an H100
 // 0.3 waves. Rows with one edge or none (plain products, the y and w cotangents) use one group.
+// The y cotangent (few components, each a sum over channels) gives every lane its own row instead
+// (stride width + 1 against bank conflicts), summed over the lanes in lane order at the end.
 constexpr int kTpGroups = 4;
 constexpr int64_t kTpSharedLimit = 48 * 1024;  // dynamic shared memory without an opt-in
 
@@ -131,6 +141,8 @@ __global__ void __launch_bounds__(kTpThreads * kTpGroups)
   const int groups = blockDim.x / kTpThreads;
   const int64_t* d = ops.dims;
   const int64_t width = d[kMode];
+  const bool lane_rows = kMode == tp::kY && use_shared;
+  const int64_t stride = width + 1;
   // An edge naming a node out of range makes the whole result NaN (the CPU raises instead).
   const bool bad = g.senders != nullptr &&
                    (g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
@@ -141,9 +153,15 @@ __global__ void __launch_bounds__(kTpThreads * kTpGroups)
       for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[c] = T(NAN);
       continue;
     }
-    // This group's accumulator: its row of shared memory, or the result row itself (one group).
-    T* acc = use_shared ? reinterpret_cast<T*>(tp_shared) + group * width : out;
-    for (int64_t c = lane; c < width; c += kTpThreads) acc[c] = T(0);
+    // This group's (or lane's) accumulator: its row of shared memory, or the result row itself.
+    T* acc = !use_shared ? out
+             : lane_rows ? reinterpret_cast<T*>(tp_shared) + lane * stride
+                         : reinterpret_cast<T*>(tp_shared) + group * width;
+    if (lane_rows) {
+      for (int64_t c = 0; c < width; ++c) acc[c] = T(0);
+    } else {
+      for (int64_t c = lane; c < width; c += kTpThreads) acc[c] = T(0);
+    }
     __syncthreads();  // zeroed by one thread, accumulated by another
     auto add = [&](int64_t xr, int64_t er, int64_t orow) {
       const T* no = nullptr;
@@ -151,7 +169,7 @@ __global__ void __launch_bounds__(kTpThreads * kTpGroups)
                          ops.slot[tp::kY] ? ops.slot[tp::kY] + er * d[tp::kY] : no,
                          ops.slot[tp::kW] ? ops.slot[tp::kW] + er * d[tp::kW] : no,
                          ops.slot[tp::kOut] ? ops.slot[tp::kOut] + orow * d[tp::kOut] : no, acc,
-                         lane);
+                         lane, lane_rows);
     };
     if (g.senders == nullptr) {
       if (group == 0) add(r, r, r);
@@ -166,9 +184,11 @@ __global__ void __launch_bounds__(kTpThreads * kTpGroups)
     __syncthreads();  // every group done
     if (use_shared) {
       const T* rows = reinterpret_cast<const T*>(tp_shared);
+      const int n_rows = lane_rows ? kTpThreads : groups;
+      const int64_t row_stride = lane_rows ? stride : width;
       for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
         T sum = rows[c];
-        for (int q = 1; q < groups; ++q) sum += rows[q * width + c];
+        for (int q = 1; q < n_rows; ++q) sum += rows[q * row_stride + c];
         out[c] = sum;
       }
       __syncthreads();  // before the next row reuses the accumulators
@@ -186,9 +206,13 @@ xla::ffi::Error LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
   const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);
   int groups = node_rows ? kTpGroups : 1;
   while (groups > 1 && groups * row_bytes > kTpSharedLimit) --groups;
-  const bool use_shared = groups * row_bytes <= kTpSharedLimit;
+  // Accumulator rows: one per group, or (y cotangent) one per lane, padded by one element.
+  const int64_t shared_bytes = mode == tp::kY
+      ? kTpThreads * (ops.dims[mode] + 1) * static_cast<int64_t>(sizeof(T))
+      : groups * row_bytes;
+  const bool use_shared = shared_bytes <= kTpSharedLimit;
   const unsigned threads = static_cast<unsigned>(kTpThreads * groups);
-  const size_t shared = use_shared ? static_cast<size_t>(groups * row_bytes) : 0;
+  const size_t shared = use_shared ? static_cast<size_t>(shared_bytes) : 0;
   const int flag = use_shared ? 1 : 0;
   switch (mode) {
     case tp::kOut:
