@@ -128,7 +128,7 @@ __device__ void TpAddRow(const TpTables<T>& t, const T* __restrict__ x, const T*
 // 0.3 waves. Rows with one edge or none (plain products, the y and w cotangents) use one group.
 // The y cotangent (few components, each a sum over channels) gives every lane its own row instead
 // (stride width + 1 against bank conflicts), summed over the lanes in lane order at the end.
-constexpr int kTpGroups = 4;
+constexpr int kTpGroups = 8;
 constexpr int64_t kTpSharedLimit = 48 * 1024;  // dynamic shared memory without an opt-in
 
 template <typename T, int kMode>
