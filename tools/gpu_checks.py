@@ -10,7 +10,11 @@ package from this checkout. Steps, from the repository root on the build machine
 
 and on the GPU machine (with `.gpu` carried along):
 
-    python3 tools/gpu_checks.py --libs .gpu [--n 100000000]
+    python3 tools/gpu_checks.py --libs .gpu [--n 100000000] [--only SECTION,...]
+
+or, better, `tools/gpu_run.sh -- --libs .gpu`: every section in its own process under one
+deadline, peers' wheels from `.whl` installed first, one merged report under $OUT. On a GPU the
+peer libraries run as anchors on the same device when importable (jaxoplanet, diffrax, e3nn-jax).
 
 It checks GPU results against the CPU op and an extended-precision residual in float32 and float64,
 under jit, vmap and grad, then benchmarks n elements: GB/s of jaxext.kepler against an element-wise
