@@ -24,6 +24,11 @@ assert ffi.register_all() == {"cpu": tuple(sorted(["jaxext_dop853", "jaxext_kepl
     "jaxext_transit_vjp_f64", "jaxext_sph", "jaxext_segment_sum", "jaxext_conv",
     "jaxext_tensor_product"]))}, ffi.register_all()
 assert "jaxext.cpu._cpu_ops" not in sys.modules
+try:
+  ffi.register_native_function(12345, 0)
+  raise AssertionError("a null native function address was accepted")
+except ValueError as err:
+  assert "null native function address" in str(err), err
 m = np.linspace(-7, 7, 1001); e = np.linspace(0, 0.99, 1001)
 s, c = jax.jit(jaxext.kepler)(m, e)
 g = jax.grad(lambda a: jaxext.kepler(a, 0.3)[0])(1.0)
