@@ -595,6 +595,31 @@ def ode_user_checks(check, gpu, cpu, best, report, rng, sizes=(100_000, 1_000_00
   check("ode user gpu: a raising function ends with CALLBACK_FAILED",
         bool(np.all(a(bad) == int(ode.Status.CALLBACK_FAILED))), str(a(bad)))
 
+  # The largest kernels (a per-thread workspace of up to ~62 KB: state bound 256 with
+  # derivatives), beside XLA's default preallocation of 75% of the GPU's memory.
+  def chain(t, y, p, dydt):
+    for i in range(y.shape[0]):
+      dydt[i] = -y[i] + (y[i - 1] if i > 0 else 0.0) * 0.5
+
+  def chain_jacobian(t, y, p, dfdy, dfdp):
+    for i in range(y.shape[0]):
+      dfdy[i, i] = -1.0
+      if i > 0:
+        dfdy[i, i - 1] = 0.5
+
+  big = ode.rhs(chain, jacobian=chain_jacobian, name="chain")
+  for n, derivatives in ((15, True), (64, False)):  # 15 + 15 * 15 = 240 <= 256; 64
+    ybig = rng.normal(size=(10_000, n))
+    if derivatives:
+      fbig = jax.jit(jax.grad(lambda y: ode.dop853(big, y, (0.0, 5.0), rtol=1e-9,
+                                                   atol=1e-9).y_final.sum()))
+    else:
+      fbig = jax.jit(lambda y: ode.dop853(big, y, (0.0, 5.0), rtol=1e-9, atol=1e-9).y_final)
+    gb, cb = a(fbig(*on(gpu, ybig))), a(fbig(*on(cpu, ybig[:256])))
+    rel = np.abs(gb[:256] - cb).max() / np.abs(cb).max()
+    check(f"ode user gpu: {n} states{' with derivatives' if derivatives else ''}, 1e4 "
+          "trajectories, match cpu to 1e-12", rel < 1e-12, f"relative {rel:.3g}")
+
   mu_e, re_, j2 = ode.models.EARTH_MU, ode.models.EARTH_RADIUS, ode.models.EARTH_J2
 
   def two_body_j2(t, y, p, dydt):
