@@ -87,6 +87,9 @@ def _register(name: str, handler, platform: str) -> None:
 def _register_library(platform: str, path: str) -> list[str]:
   lib = ctypes.CDLL(os.path.abspath(path))
   _libraries[platform] = lib
+  if platform == "cpu":
+    fn = lib.JaxextRegisterNativeFunction
+    fn.argtypes, fn.restype = [ctypes.c_int64, ctypes.c_size_t], ctypes.c_int
   names = []
   for name, symbol in _SYMBOLS.items():
     fn = getattr(lib, symbol.format("Cpu" if platform == "cpu" else "Cuda"))
@@ -143,7 +146,5 @@ def register_native_function(function_id: int, address: int) -> None:
   if lib is None:
     _load("cpu").register_native_function(function_id, address)
     return
-  fn = lib.JaxextRegisterNativeFunction
-  fn.argtypes, fn.restype = [ctypes.c_int64, ctypes.c_size_t], ctypes.c_int
-  if fn(function_id, address) != 0:
+  if lib.JaxextRegisterNativeFunction(function_id, address) != 0:
     raise ValueError("null native function address")

@@ -52,10 +52,15 @@ def main():
                  "running each in its own process keeps a crash in one from losing the others")
   p.add_argument("--ode-sizes", default="10000,100000,1000000",
                  help="trajectory counts of the ODE benchmarks (GPU only)")
+  p.add_argument("--list-sections", action="store_true",
+                 help="print the sections, one per line, and exit (tools/gpu_run.sh reads them)")
   p.add_argument("--report", default=None,
                  help="JSON report to write (default $OUT/gpu_checks.json); an existing report there "
                  "is merged with this run's, so sections run one by one add up to one report")
   args = p.parse_args()
+  if args.list_sections:
+    print("\n".join(SECTIONS))
+    return 0
   only = args.only.split(",")
   ode_sizes = tuple(int(float(v)) for v in args.ode_sizes.split(","))
   # Peer libraries (jaxoplanet, diffrax, e3nn-jax) on the same device: on a GPU, or when asked.
@@ -371,8 +376,8 @@ def transit_checks(check, gpu, cpu, best, report, rng, n):
   mc = np.asarray(many(jax.device_put(t, cpu), jax.device_put(periods, cpu)))
   check("transit many light curves GPU agrees with CPU", np.max(np.abs(mg - mc)) <= 1e-13)
   names = ("period", "t0", "a", "impact", "r", "ecc", "omega", "u")
-  loss = lambda *p: jnp.sum(jaxext.transit_light_curve(t[:20000], texp=0.02, **dict(zip(names, p))))
-  grad = jax.jit(jax.grad(loss, argnums=tuple(range(8))))
+  curve = lambda *p: jaxext.transit_light_curve(t[:20000], texp=0.02, **dict(zip(names, p)))
+  grad = jax.jit(jax.grad(lambda *p: jnp.sum(curve(*p)), argnums=tuple(range(8))))
   args = (3.0, 0.0, 10.0, 0.3, 0.1, 0.2, 0.5, np.array([0.4, 0.26]))
   gg = grad(*(jax.device_put(x, gpu) for x in args))
   gc = grad(*(jax.device_put(x, cpu) for x in args))
@@ -380,15 +385,13 @@ def transit_checks(check, gpu, cpu, best, report, rng, n):
   # to the largest of its kind. The summed gradient (reverse mode) is a sum of 20000 terms that
   # nearly cancel for t0: its tolerance scales with the sum of their magnitudes, since the
   # reduction's order differs between the devices.
-  curve = lambda *p: jaxext.transit_light_curve(t[:20000], texp=0.02, **dict(zip(names, p)))
   jac = jax.jit(jax.jacfwd(curve, argnums=tuple(range(8))))
-  jg = jac(*(jax.device_put(x, gpu) for x in args))
-  jc = np.asarray  # noqa: E731
-  jcpu = jac(*(jax.device_put(x, cpu) for x in args))
-  rel_points = {k: float(np.max(np.abs(jc(a) - jc(c))) / max(np.max(np.abs(jc(c))), 1e-300))
+  jg = [np.asarray(a) for a in jac(*(jax.device_put(x, gpu) for x in args))]
+  jcpu = [np.asarray(c) for c in jac(*(jax.device_put(x, cpu) for x in args))]
+  rel_points = {k: float(np.max(np.abs(a - c)) / max(np.max(np.abs(c)), 1e-300))
                 for k, a, c in zip(names, jg, jcpu)}
-  scale = {k: np.sum(np.abs(jc(c)), axis=0) for k, c in zip(names, jcpu)}
-  rel_sum = {k: float(np.max(np.abs(jc(a) - jc(c)) / np.maximum(scale[k], 1e-300)))
+  scale = {k: np.sum(np.abs(c), axis=0) for k, c in zip(names, jcpu)}
+  rel_sum = {k: float(np.max(np.abs(np.asarray(a) - np.asarray(c)) / np.maximum(scale[k], 1e-300)))
              for k, a, c in zip(names, gg, gc)}
   check("transit per-point derivatives on GPU agree with CPU",
         max(rel_points.values()) < 1e-9,
@@ -427,15 +430,15 @@ def ode_checks(check, gpu, cpu, best, report, rng, small=False, peers=False,
     return y0, rng.uniform(0.005, 0.2, (n, 1))
 
   model = ode.models.earth(j2=True, drag=True)
+  reentry = [ode.models.altitude_event(100.0)]
   run = lambda y, b: ode.dop853(model, y, (0.0, 86400.0), b, rtol=1e-9, atol=1e-9,
-                                t_eval=np.linspace(0, 86400.0, 5),
-                                events=[ode.models.altitude_event(100.0)])
+                                t_eval=np.linspace(0, 86400.0, 5), events=reentry)
   y0, b = cloud(200 if small else 2000)
   on = lambda dev, *xs: [jax.device_put(x, dev) for x in xs]
   g = jax.jit(run)(*on(gpu, y0, b))
   c = jax.jit(run)(*on(cpu, y0, b))
   ref = jax.jit(lambda y, b: ode.dop853(model, y, (0.0, 86400.0), b, rtol=1e-13, atol=1e-13,
-                                        max_steps=10**7, events=[ode.models.altitude_event(100.0)]))(
+                                        max_steps=10**7, events=reentry))(
       *on(cpu, y0, b))
   same = lambda a: np.asarray(a)
   check("ode gpu: statuses equal cpu", np.array_equal(same(g.status), same(c.status)))

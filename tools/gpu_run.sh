@@ -4,9 +4,9 @@
 #
 #   DEADLINE=570 tools/gpu_run.sh [section...] [-- gpu_checks.py arguments]
 #
-# Sections default to all of gpu_checks.py's, in order; each gets the time left before the deadline
-# (seconds from start), at most SECTION_CAP (300) seconds. Wheels under .whl (pure-Python peers such as e3nn-jax, jaxoplanet) are
-# installed into /tmp/site first. Output: $OUT/log.txt and $OUT/gpu_checks.json ($OUT defaults to
+# Sections default to all of gpu_checks.py's (its --list-sections), in order; each gets the time
+# left before the deadline (seconds from start), at most SECTION_CAP (300) seconds. Wheels under
+# .whl (pure-Python peers such as e3nn-jax, jaxoplanet) are installed into /tmp/site first. Output: $OUT/log.txt and $OUT/gpu_checks.json ($OUT defaults to
 # ./gpu_out). Exit status: non-zero if any section failed or ran out of time.
 set -u
 start=$(date +%s)
@@ -16,7 +16,7 @@ mkdir -p "$out"
 sections=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do sections+=("$1"); shift; done
 [ $# -gt 0 ] && shift
-[ ${#sections[@]} -eq 0 ] && sections=(kepler limbdark transit numba equivariant ode ode_user)
+[ ${#sections[@]} -eq 0 ] && mapfile -t sections < <(python3 tools/gpu_checks.py --list-sections)
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -90,8 +90,8 @@ struct RadiusEvents {
 
 template <typename T, bool kSensitivities>
 __global__ void Dop853Kernel(const __grid_constant__ Config<T> config, int64_t count, int64_t np,
-                             int64_t m, int64_t kslots, const T* __restrict__ y0, const T* __restrict__ params,
-                             const T* __restrict__ span, const T* __restrict__ t_eval, T* ys,
+                             int64_t m, int64_t kslots, const T* __restrict__ y0,
+                             const T* __restrict__ params, const T* __restrict__ span, const T* __restrict__ t_eval, T* ys,
                              T* t_final, T* y_final, int32_t* stats, T* t_events, T* y_events,
                              int32_t* counts) {
   constexpr int n_aug_max = kSensitivities ? kMaxAug : kN;
