@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/cpu/tp_common.h"
@@ -52,25 +54,32 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
   }
   // Everything the chunks use is copied or owned: they run after this function returned.
   auto owned = Own(attrs);
-  auto values = TpRows<T>::Values(attrs);
+  auto table = MakeTable<T>(attrs);
   const int32_t* order_r = by_recv.typed_data<int32_t>();
   const int32_t* range_r = recv_ranges.typed_data<int32_t>();
   const int32_t* order_s = by_send.typed_data<int32_t>();
   const int32_t* range_s = send_ranges.typed_data<int32_t>();
   T* result = out->typed_data<T>();
   const std::array<int64_t, 4> d{attrs.dims[0], attrs.dims[1], attrs.dims[2], attrs.dims[3]};
+  // The node rows read by every one of their edges, channel-minor once (x by sender, out's
+  // cotangent by receiver).
+  std::shared_ptr<const std::vector<T>> x_minor, o_minor;
+  if (m != tp::kX) x_minor = MinorRows(attrs.x_terms, attrs.n_x_terms, slot[tp::kX], s, d[tp::kX]);
+  if (m != tp::kOut) {
+    o_minor = MinorRows(attrs.out_terms, attrs.n_out_terms, slot[tp::kOut], r, d[tp::kOut]);
+  }
   const int64_t n_rows = rows[m];
   const int64_t per_row = std::max<int64_t>(1, attrs.n_entries * 8 * std::max<int64_t>(1, e) /
                                                    std::max<int64_t>(1, n_rows));
   return ParallelFor(pool, n_rows, std::max<int64_t>(1, 200000 / per_row),
                      [=](int64_t begin, int64_t end) {
-                       TpRows<T> row(owned->attrs, values);
+                       TpRows<T> row(owned->attrs, table);
                        auto add_edge = [&](int64_t k) {  // edge k's four rows
                          const T* no = nullptr;
-                         row.Add(slot[tp::kX] ? slot[tp::kX] + snd[k] * d[tp::kX] : no,
-                                 slot[tp::kY] ? slot[tp::kY] + k * d[tp::kY] : no,
-                                 slot[tp::kW] ? slot[tp::kW] + k * d[tp::kW] : no,
-                                 slot[tp::kOut] ? slot[tp::kOut] + rcv[k] * d[tp::kOut] : no);
+                         row.AddMinor(x_minor ? x_minor->data() + snd[k] * d[tp::kX] : no,
+                                      slot[tp::kY] ? slot[tp::kY] + k * d[tp::kY] : no,
+                                      slot[tp::kW] ? slot[tp::kW] + k * d[tp::kW] : no,
+                                      o_minor ? o_minor->data() + rcv[k] * d[tp::kOut] : no);
                        };
                        for (int64_t i = begin; i < end; ++i) {
                          row.Reset();

@@ -10,8 +10,9 @@ namespace cpu {
 #define JAXEXT_TP_ACCUMULATE(T)                                                                 \
   JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void AccumulateRow(                                      \
       int mode, const tp::Path* paths, int64_t n_paths, const int64_t* ci, const int64_t* cj,   \
-      const int64_t* ck, const T* cv, const T* x, const T* y, const T* w, const T* o, T* acc) { \
-    tp::AccumulateMode<T>(mode, paths, n_paths, ci, cj, ck, cv, x, y, w, o, acc);              \
+      const int64_t* ck, const T* cv, const T* x, const T* y, const T* w, const T* o, T* acc,   \
+      T* scratch) {                                                                             \
+    tp::AccumulateMode<T>(mode, paths, n_paths, ci, cj, ck, cv, x, y, w, o, acc, scratch);     \
   }
 JAXEXT_TP_ACCUMULATE(double)
 JAXEXT_TP_ACCUMULATE(float)

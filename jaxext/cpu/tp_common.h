@@ -52,25 +52,53 @@ inline std::shared_ptr<const OwnedTpAttrs> Own(const TpAttrs& a) {
 // tp::AccumulateMode, per CPU (tp_common.cc: AVX-512 / AVX2 / baseline clones).
 void AccumulateRow(int mode, const tp::Path* paths, int64_t n_paths, const int64_t* ci,
                    const int64_t* cj, const int64_t* ck, const double* cv, const double* x,
-                   const double* y, const double* w, const double* o, double* acc);
+                   const double* y, const double* w, const double* o, double* acc,
+                   double* scratch);
 void AccumulateRow(int mode, const tp::Path* paths, int64_t n_paths, const int64_t* ci,
                    const int64_t* cj, const int64_t* ck, const float* cv, const float* x,
-                   const float* y, const float* w, const float* o, float* acc);
+                   const float* y, const float* w, const float* o, float* acc, float* scratch);
+
+// The Clebsch-Gordan entries for one mode, values in T, each path's entries stably sorted by the
+// mode's group key (tp::GroupKey: entries adding to the same result block are consecutive).
+template <typename T>
+struct TpTable {
+  std::vector<int64_t> ci, cj, ck;
+  std::vector<T> cv;
+};
+
+template <typename T>
+std::shared_ptr<const TpTable<T>> MakeTable(const TpAttrs& a) {
+  auto t = std::make_shared<TpTable<T>>();
+  std::vector<int64_t> order(static_cast<size_t>(a.n_entries));
+  for (int64_t e = 0; e < a.n_entries; ++e) order[e] = e;
+  const int64_t* key = nullptr;  // kW: one group per path, the table's order
+  if (a.mode == tp::kOut) key = a.ck;
+  if (a.mode == tp::kX) key = a.ci;
+  if (a.mode == tp::kY) key = a.cj;
+  if (key != nullptr) {
+    for (int64_t p = 0; p < a.n_paths; ++p) {
+      std::stable_sort(order.begin() + a.paths[p].begin, order.begin() + a.paths[p].end,
+                       [key](int64_t l, int64_t r) { return key[l] < key[r]; });
+    }
+  }
+  for (int64_t e : order) {
+    t->ci.push_back(a.ci[e]);
+    t->cj.push_back(a.cj[e]);
+    t->ck.push_back(a.ck[e]);
+    t->cv.push_back(static_cast<T>(a.cv[e]));
+  }
+  return t;
+}
 
 // One result row at a time, for one thread: Reset, Add the contribution of one (x, y, w, out)
 // set of rows (any number of times: a convolution's node adds its edges), Store into e3nn's
-// layout. The Clebsch-Gordan values are shared (converted to T once per call).
+// layout. The table is shared by the chunks of one call.
 template <typename T>
 class TpRows {
  public:
-  TpRows(const TpAttrs& a, std::shared_ptr<const std::vector<T>> values)
-      : a_(a), values_(std::move(values)), x_minor_(a.dims[tp::kX]),
-        o_minor_(a.dims[tp::kOut]), acc_(a.dims[a.mode]) {}
-
-  // The coefficients in T, to share between the chunks of one call.
-  static std::shared_ptr<const std::vector<T>> Values(const TpAttrs& a) {
-    return std::make_shared<const std::vector<T>>(a.cv, a.cv + a.n_entries);
-  }
+  TpRows(const TpAttrs& a, std::shared_ptr<const TpTable<T>> table)
+      : a_(a), table_(std::move(table)), x_minor_(a.dims[tp::kX]), o_minor_(a.dims[tp::kOut]),
+        acc_(a.dims[a.mode]), scratch_(tp::ScratchSize<T>(a.mode, a.dims)) {}
 
   void Reset() { std::fill(acc_.begin(), acc_.end(), T(0)); }
 
@@ -79,9 +107,16 @@ class TpRows {
     const int m = a_.mode;
     if (m != tp::kX) tp::ToMinor(a_.x_terms, a_.n_x_terms, x, x_minor_.data());
     if (m != tp::kOut) tp::ToMinor(a_.out_terms, a_.n_out_terms, o, o_minor_.data());
-    AccumulateRow(m, a_.paths, a_.n_paths, a_.ci, a_.cj, a_.ck, values_->data(),
-                  m != tp::kX ? x_minor_.data() : nullptr, y, w,
-                  m != tp::kOut ? o_minor_.data() : nullptr, acc_.data());
+    AddMinor(m != tp::kX ? x_minor_.data() : nullptr, y, w,
+             m != tp::kOut ? o_minor_.data() : nullptr);
+  }
+
+  // The same with the x and out rows already channel-minor (MinorRows: a convolution transposes
+  // each node's row once, not once per edge).
+  void AddMinor(const T* x_minor, const T* y, const T* w, const T* o_minor) {
+    const TpTable<T>& t = *table_;
+    AccumulateRow(a_.mode, a_.paths, a_.n_paths, t.ci.data(), t.cj.data(), t.ck.data(),
+                  t.cv.data(), x_minor, y, w, o_minor, acc_.data(), scratch_.data());
   }
 
   void Store(T* dst) const {
@@ -96,9 +131,21 @@ class TpRows {
 
  private:
   const TpAttrs& a_;
-  std::shared_ptr<const std::vector<T>> values_;
-  std::vector<T> x_minor_, o_minor_, acc_;
+  std::shared_ptr<const TpTable<T>> table_;
+  std::vector<T> x_minor_, o_minor_, acc_, scratch_;
 };
+
+// Channel-minor copies of `rows` rows of `dim` values laid out in `terms` (tp::ToMinor), over
+// the calling thread (a convolution's node rows: little beside the work of their edges).
+template <typename T>
+std::shared_ptr<std::vector<T>> MinorRows(const tp::Term* terms, int64_t n_terms, const T* src,
+                                          int64_t rows, int64_t dim) {
+  auto out = std::make_shared<std::vector<T>>(static_cast<size_t>(rows * dim));
+  for (int64_t r = 0; r < rows; ++r) {
+    tp::ToMinor(terms, n_terms, src + r * dim, out->data() + r * dim);
+  }
+  return out;
+}
 
 }  // namespace cpu
 }  // namespace jaxext

@@ -35,13 +35,13 @@ ffi::Future TensorProductTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::Any
   }
   // Everything the chunks use is copied or owned: they run after this function returned.
   auto owned = Own(attrs);
-  auto values = TpRows<T>::Values(attrs);
+  auto table = MakeTable<T>(attrs);
   T* result = out->typed_data<T>();
   const std::array<int64_t, 4> d{attrs.dims[0], attrs.dims[1], attrs.dims[2], attrs.dims[3]};
   const int64_t work = std::max<int64_t>(1, attrs.n_entries * 8);
   return ParallelFor(pool, rows, std::max<int64_t>(1, 200000 / work),
                      [=](int64_t begin, int64_t end) {
-                       TpRows<T> row(owned->attrs, values);
+                       TpRows<T> row(owned->attrs, table);
                        for (int64_t r = begin; r < end; ++r) {
                          const T* at[4];
                          for (int s = 0; s < 4; ++s) at[s] = slot[s] ? slot[s] + r * d[s] : nullptr;
