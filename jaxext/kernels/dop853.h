@@ -217,8 +217,29 @@ class Integrator {
     g_new_ = g_old_ + kMaxEvents;
   }
 
-  // `inputs_finite`: false when the caller found the trajectory's parameters non-finite.
+  // Returned by the phases below while the trajectory goes on (not a Status).
+  static constexpr int32_t kRunning = 100;
+
+  // Integrates one trajectory: Begin, then Attempt, the stages and Conclude until the status is
+  // final. `inputs_finite`: false when the caller found the trajectory's parameters non-finite.
   JAXEXT_HD_FUNC int32_t Run(T t0, T t1, const T* y0, bool inputs_finite, const Outputs<T>& out) {
+    int32_t status = Begin(t0, t1, y0, inputs_finite, out);
+    while (status == kRunning) {
+      status = Attempt(out);
+      if (status != kRunning) break;
+      if (!Stages<1>()) return Fail(out);
+      status = Conclude(out);
+    }
+    return status;
+  }
+
+  // The phases of Run, for a caller that advances several integrators stage by stage (the CPU
+  // handler interleaves trajectories so that one's latency hides another's). Every phase returns
+  // kRunning or the final status (its outputs then written).
+
+  // Everything before the first step: f(t0, y0), the events' first values, the initial step.
+  JAXEXT_HD_FUNC int32_t Begin(T t0, T t1, const T* y0, bool inputs_finite,
+                               const Outputs<T>& out) {
     const int n = n_;
     const int n_events = events_.size();
     for (int64_t i = 0; i < out.n_eval * n; ++i) out.ys[i] = Nan<T>();
@@ -227,6 +248,8 @@ class Integrator {
     for (int e = 0; e < n_events; ++e) out.event_counts[e] = 0;
     steps_ = accepted_ = nfev_ = 0;
     t_ = t0;
+    t1_ = t1;
+    dense_ready_ = false;
 
     bool finite = inputs_finite && Finite(t0) && Finite(t1);
     for (int i = 0; i < n; ++i) {
@@ -240,87 +263,140 @@ class Integrator {
     for (int i = 0; i < nc_; ++i) {  // the state's own derivative (not sensitivities)
       if (!Finite(k_[i])) return Finish(kNonFinite, out);
     }
-    int64_t ie = 0;  // next t_eval point
-    while (ie < out.n_eval && dir * (out.t_eval[ie] - t0) < 0) ++ie;
+    ie_ = 0;  // next t_eval point
+    while (ie_ < out.n_eval && dir * (out.t_eval[ie_] - t0) < 0) ++ie_;
     for (int e = 0; e < n_events; ++e) {
       if (!events_.value(e, t0, y_, &g_old_[e])) return Finish(kCallbackFailed, out);
       seen_[e] = 0;
     }
     if (t0 == t1 || n == 0) {  // scipy: finished without a step
-      for (; ie < out.n_eval && out.t_eval[ie] == t0; ++ie) {
-        for (int i = 0; i < n; ++i) out.ys[ie * n + i] = y_[i];
+      for (; ie_ < out.n_eval && out.t_eval[ie_] == t0; ++ie_) {
+        for (int i = 0; i < n; ++i) out.ys[ie_ * n + i] = y_[i];
       }
       return Finish(kSuccess, out);
     }
-    T h_abs;
     if (s_.first_step > 0) {
-      h_abs = s_.first_step;
-    } else if (!InitialStep(t0, t1, &h_abs)) {
+      h_abs_ = s_.first_step;
+    } else if (!InitialStep(t0, t1, &h_abs_)) {
       return Finish(kCallbackFailed, out);
     }
+    fresh_ = true;
+    return kRunning;
+  }
 
-    const T max_factor = T(10), min_factor = T(0.2), safety = T(0.9);
-    const T exponent = T(-1) / T(8);
-    for (;;) {
-      // One step (scipy's RungeKutta._step_impl).
-      const T t = t_;
-      const T min_step = T(10) * fabs(NextAfter(t, dir * std::numeric_limits<T>::infinity()) - t);
-      T ha = h_abs > s_.max_step ? s_.max_step : (h_abs < min_step ? min_step : h_abs);
-      bool rejected = false, nonfinite_trial = false;
-      T t_new, h;
-      for (;;) {
-        if (ha < min_step) return Finish(nonfinite_trial ? kNonFinite : kStepTooSmall, out);
-        if (steps_ >= s_.max_steps) return Finish(kMaxSteps, out);
-        h = ha * dir;
-        t_new = t + h;
-        if (dir * (t_new - t1) > 0) t_new = t1;
-        h = t_new - t;
-        ha = fabs(h);
-        if (h == T(0)) return Finish(nonfinite_trial ? kNonFinite : kStepTooSmall, out);
-        ++steps_;
-        if (!Step(t, h)) return Finish(kCallbackFailed, out);
-        const T err = ErrorNorm(h);
-        if (err < T(1)) {
-          T factor = max_factor;
-          if (err != T(0)) {
-            const T f = safety * pow(err, exponent);
-            factor = f < max_factor ? f : max_factor;
-          }
-          if (rejected && factor > T(1)) factor = T(1);
-          ha *= factor;
-          break;
+  // The size of the next step attempt (scipy's RungeKutta._step_impl up to the stages), from the
+  // last accepted step's proposal or, after a rejection, the reduced one.
+  JAXEXT_HD_FUNC int32_t Attempt(const Outputs<T>& out) {
+    if (fresh_) {  // the first attempt of a step
+      min_step_ = T(10) * fabs(NextAfter(t_, dir_ * std::numeric_limits<T>::infinity()) - t_);
+      ha_ = h_abs_ > s_.max_step ? s_.max_step : (h_abs_ < min_step_ ? min_step_ : h_abs_);
+      rejected_ = nonfinite_trial_ = fresh_ = false;
+    }
+    if (ha_ < min_step_) return Finish(nonfinite_trial_ ? kNonFinite : kStepTooSmall, out);
+    if (steps_ >= s_.max_steps) return Finish(kMaxSteps, out);
+    T h = ha_ * dir_;
+    t_new_ = t_ + h;
+    if (dir_ * (t_new_ - t1_) > 0) t_new_ = t1_;
+    h = t_new_ - t_;
+    ha_ = fabs(h);
+    if (h == T(0)) return Finish(nonfinite_trial_ ? kNonFinite : kStepTooSmall, out);
+    ++steps_;
+    h_try_ = h;
+    return kRunning;
+  }
+
+  // Stage S of the attempt (1 <= S <= kStages): K[S] for S < kStages; at kStages y_new and
+  // f(t + h, y_new) into K[12]. K[0] holds f(t, y). False: the right-hand side failed (then Fail).
+  template <int S>
+  JAXEXT_HD bool Stage() {
+    const int n = n_;
+    const T t = t_, h = h_try_;
+    if constexpr (S < kStages) {
+      for (int i = 0; i < n; ++i) {
+        T acc = 0;
+        JAXEXT_UNROLL_ALL
+        for (int j = 0; j < S; ++j) {
+          if (kA[S][j] != 0) acc += T(kA[S][j]) * k_[j * n + i];
         }
-        if (!Finite(err)) nonfinite_trial = true;
-        const T f = safety * pow(err, exponent);
-        ha *= f > min_factor ? f : min_factor;  // a NaN norm shrinks by min_factor, as in scipy
-        rejected = true;
+        tmp_[i] = y_[i] + acc * h;
       }
-      ++accepted_;
-      t_old_ = t;
-      t_ = t_new;
-      h_ = h;
-      h_abs = ha;
-      T* swap = y_old_;  // y_old <- y <- y_new
-      y_old_ = y_;
-      y_ = y_new_;
-      y_new_ = swap;
-      dense_ready_ = false;
-      const bool finished = dir * (t_ - t1) >= 0;
-
-      bool terminate = false;
-      if (n_events > 0) {
-        int32_t status = HandleEvents(out, &terminate);
-        if (status != kSuccess) return Finish(status, out);
+      return Eval(t + T(kC[S]) * h, tmp_, k_ + S * n);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        T acc = 0;
+        JAXEXT_UNROLL_ALL
+        for (int j = 0; j < kStages; ++j) {
+          if (kB[j] != 0) acc += T(kB[j]) * k_[j * n + i];
+        }
+        y_new_[i] = y_[i] + h * acc;
       }
-      for (; ie < out.n_eval && dir * (out.t_eval[ie] - t_) <= 0; ++ie) {
-        if (!Dense()) return Finish(kCallbackFailed, out);
-        DenseAt(out.t_eval[ie], out.ys + ie * n);
-      }
-      if (terminate) return Finish(kTerminated, out);
-      if (finished) return Finish(kSuccess, out);
-      for (int i = 0; i < n; ++i) k_[i] = k_[kStages * n + i];  // FSAL: f(t_new, y_new)
+      return Eval(t + h, y_new_, k_ + kStages * n);
     }
   }
+
+  // Stages S..kStages in order.
+  template <int S = 1>
+  JAXEXT_HD bool Stages() {
+    if (!Stage<S>()) return false;
+    if constexpr (S < kStages) {
+      return Stages<S + 1>();
+    } else {
+      return true;
+    }
+  }
+
+  // After the stages: the error norm; a rejected attempt shrinks the step (Attempt retries), an
+  // accepted one moves on (events, t_eval points, FSAL).
+  JAXEXT_HD_FUNC int32_t Conclude(const Outputs<T>& out) {
+    const T max_factor = T(10), min_factor = T(0.2), safety = T(0.9);
+    const T exponent = T(-1) / T(8);
+    const T err = ErrorNorm(h_try_);
+    if (!(err < T(1))) {
+      if (!Finite(err)) nonfinite_trial_ = true;
+      const T f = safety * pow(err, exponent);
+      ha_ *= f > min_factor ? f : min_factor;  // a NaN norm shrinks by min_factor, as in scipy
+      rejected_ = true;
+      return kRunning;
+    }
+    T factor = max_factor;
+    if (err != T(0)) {
+      const T f = safety * pow(err, exponent);
+      factor = f < max_factor ? f : max_factor;
+    }
+    if (rejected_ && factor > T(1)) factor = T(1);
+    ha_ *= factor;
+
+    const int n = n_;
+    ++accepted_;
+    t_old_ = t_;
+    t_ = t_new_;
+    h_ = h_try_;
+    h_abs_ = ha_;
+    fresh_ = true;
+    T* swap = y_old_;  // y_old <- y <- y_new
+    y_old_ = y_;
+    y_ = y_new_;
+    y_new_ = swap;
+    dense_ready_ = false;
+    const bool finished = dir_ * (t_ - t1_) >= 0;
+
+    bool terminate = false;
+    if (events_.size() > 0) {
+      int32_t status = HandleEvents(out, &terminate);
+      if (status != kSuccess) return Finish(status, out);
+    }
+    for (; ie_ < out.n_eval && dir_ * (out.t_eval[ie_] - t_) <= 0; ++ie_) {
+      if (!Dense()) return Finish(kCallbackFailed, out);
+      DenseAt(out.t_eval[ie_], out.ys + ie_ * n);
+    }
+    if (terminate) return Finish(kTerminated, out);
+    if (finished) return Finish(kSuccess, out);
+    for (int i = 0; i < n; ++i) k_[i] = k_[kStages * n + i];  // FSAL: f(t_new, y_new)
+    return kRunning;
+  }
+
+  // A right-hand side failed during the stages.
+  JAXEXT_HD_FUNC int32_t Fail(const Outputs<T>& out) { return Finish(kCallbackFailed, out); }
 
  private:
   JAXEXT_HD bool Eval(T t, const T* y, T* f) {
@@ -365,32 +441,6 @@ class Integrator {
     if (s_.max_step < h) h = s_.max_step;
     *h_abs = h;
     return true;
-  }
-
-  // Stages 1..11 and f(t + h, y_new) into K[1..12]; y_new. K[0] holds f(t, y).
-  JAXEXT_HD_FUNC bool Step(T t, T h) {
-    const int n = n_;
-    JAXEXT_UNROLL_ALL
-    for (int s = 1; s < kStages; ++s) {
-      for (int i = 0; i < n; ++i) {
-        T acc = 0;
-        JAXEXT_UNROLL_ALL
-        for (int j = 0; j < s; ++j) {
-          if (kA[s][j] != 0) acc += T(kA[s][j]) * k_[j * n + i];
-        }
-        tmp_[i] = y_[i] + acc * h;
-      }
-      if (!Eval(t + T(kC[s]) * h, tmp_, k_ + s * n)) return false;
-    }
-    for (int i = 0; i < n; ++i) {
-      T acc = 0;
-      JAXEXT_UNROLL_ALL
-      for (int j = 0; j < kStages; ++j) {
-        if (kB[j] != 0) acc += T(kB[j]) * k_[j * n + i];
-      }
-      y_new_[i] = y_[i] + h * acc;
-    }
-    return Eval(t + h, y_new_, k_ + kStages * n);
   }
 
   // scipy's DOP853._estimate_error_norm.
@@ -610,8 +660,10 @@ class Integrator {
   const int n_, nc_;
   const Settings<T> s_;
   T *k_, *f_, *y_, *y_new_, *y_old_, *tmp_, *scratch_, *g_old_, *g_new_;
-  T t_ = 0, t_old_ = 0, h_ = 0, dir_ = 1;
-  bool dense_ready_ = false;
+  T t_ = 0, t_old_ = 0, h_ = 0, dir_ = 1, t1_ = 0;
+  T h_abs_ = 0, ha_ = 0, min_step_ = 0, t_new_ = 0, h_try_ = 0;  // step control between phases
+  bool dense_ready_ = false, fresh_ = true, rejected_ = false, nonfinite_trial_ = false;
+  int64_t ie_ = 0;  // next t_eval point
   int64_t steps_ = 0, accepted_ = 0, nfev_ = 0;
   int64_t seen_[kMaxEvents];
 };
