@@ -217,6 +217,19 @@ def test_segment_sum_is_bitwise_deterministic_across_runs_and_threads():
     assert got[s] == acc
 
 
+def test_segment_sum_unsorted_equals_sorted_bitwise_without_sorting_on_cpu():
+  rng = np.random.default_rng(13)
+  ids = rng.integers(-3, 50, 3000)  # unsorted, some out of range
+  data = rng.normal(size=(3000, 7)) * 10.0 ** rng.uniform(-9, 9, (3000, 1))
+  order = np.argsort(ids, kind="stable")  # each segment's rows keep their order
+  got = np.asarray(eq.segment_sum(data, ids, 45))
+  want = np.asarray(eq.segment_sum(data[order], ids[order], 45, indices_are_sorted=True))
+  np.testing.assert_array_equal(got, want)
+  # the CPU kernel groups the rows itself: no sort and no permuted copy of the data in the program
+  hlo = jax.jit(lambda d: eq.segment_sum(d, ids, 45)).lower(data).as_text()
+  assert "stablehlo.sort" not in hlo and "gather" not in hlo, hlo
+
+
 def test_segment_sum_gradient_drops_out_of_range_rows():
   ids = np.array([-1, 0, 0, 2, 5, -7])
   data = np.arange(12.0).reshape(6, 2)

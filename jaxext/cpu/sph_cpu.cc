@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "jaxext/cpu/clones.h"
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/kernels/sph.h"
 #include "xla/ffi/api/ffi.h"
@@ -55,9 +56,36 @@ ffi::Future SphImpl(ffi::ThreadPool pool, ffi::AnyBuffer vectors, ffi::Result<ff
   }
 }
 
+// out[id[row]] += x[row] for the rows in [r0, r1) whose id is in [s0, s1), in row order (f values
+// per row), per CPU (AVX-512 / AVX2 / baseline clones: the adds are the cost once the rows stream).
+template <typename T>
+inline void AddRows(const T* x, const int32_t* id, int64_t r0, int64_t r1, int64_t s0, int64_t s1,
+                    int64_t f, int64_t k0, int64_t k1, T* out) {
+  for (int64_t row = r0; row < r1; ++row) {
+    if (id[row] < s0 || id[row] >= s1) continue;
+    T* dst = out + id[row] * f;
+    const T* src = x + row * f;
+    int64_t k = k0;
+    for (; k + 16 <= k1; k += 16) {
+      for (int c = 0; c < 16; ++c) dst[k + c] += src[k + c];
+    }
+    for (; k < k1; ++k) dst[k] += src[k];
+  }
+}
+
+#define JAXEXT_ADD_ROWS(T)                                                                    \
+  JAXEXT_CPU_CLONES void AddRowsCloned(const T* x, const int32_t* id, int64_t r0, int64_t r1, \
+                                       int64_t s0, int64_t s1, int64_t f, int64_t k0,         \
+                                       int64_t k1, T* out) {                                  \
+    AddRows(x, id, r0, r1, s0, s1, f, k0, k1, out);                                           \
+  }
+JAXEXT_ADD_ROWS(float)
+JAXEXT_ADD_ROWS(double)
+#undef JAXEXT_ADD_ROWS
+
 template <typename T>
 ffi::Future SegmentSumTyped(ffi::ThreadPool& pool, ffi::AnyBuffer data, ffi::AnyBuffer ids,
-                            ffi::Result<ffi::AnyBuffer> out) {
+                            ffi::Result<ffi::AnyBuffer> out, bool sorted) {
   const auto out_dims = out->dimensions();
   const int64_t e = static_cast<int64_t>(ids.element_count());
   if (out_dims.size() < 1) {
@@ -69,41 +97,52 @@ ffi::Future SegmentSumTyped(ffi::ThreadPool& pool, ffi::AnyBuffer data, ffi::Any
     return ErrorFuture(ffi::Error::InvalidArgument("jaxext segment_sum: bad shapes"));
   }
   const int32_t* id = ids.typed_data<int32_t>();
-  for (int64_t i = 1; i < e; ++i) {
-    if (id[i] < id[i - 1]) {
-      return ErrorFuture(ffi::Error::InvalidArgument(
-          "jaxext segment_sum: segment_ids are not sorted (row " + std::to_string(i) +
-          "), but indices_are_sorted=True was promised"));
+  if (sorted) {
+    for (int64_t i = 1; i < e; ++i) {
+      if (id[i] < id[i - 1]) {
+        return ErrorFuture(ffi::Error::InvalidArgument(
+            "jaxext segment_sum: segment_ids are not sorted (row " + std::to_string(i) +
+            "), but indices_are_sorted=True was promised"));
+      }
     }
   }
   const T* x = data.typed_data<T>();
   T* y = out->typed_data<T>();
-  // Each chunk owns whole segments: it finds its first row by binary search and adds its rows in
-  // order, so no two threads touch one output row and the sum order never changes.
-  return ParallelFor(pool, segments, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, f)),
-                     [=](int64_t s0, int64_t s1) {
-                       int64_t row = std::lower_bound(id, id + e, static_cast<int32_t>(s0)) - id;
-                       for (int64_t s = s0; s < s1; ++s) {
-                         T* dst = y + s * f;
-                         for (int64_t k = 0; k < f; ++k) dst[k] = T(0);
-                         for (; row < e && id[row] == s; ++row) {
-                           const T* src = x + row * f;
-                           for (int64_t k = 0; k < f; ++k) dst[k] += src[k];
-                         }
-                       }
-                     });
+  // Every output value is its segment's rows added in row order, whatever the threads or
+  // `sorted`. Ids outside [0, segments) are dropped.
+  //   sorted: chunks of whole segments over the threads, each segment's rows contiguous (found by
+  //   binary search);
+  //   unsorted: one pass over the rows front to back on the calling thread, each added to its
+  //   segment (no sort, no permuted copy, no random reads). Measured on 2 cores, 30000 x 576
+  //   floats: 5.2 ms, against 5.9-7.7 ms for segment ranges over the threads (each reading its
+  //   rows out of all), 8.5 ms for a counting sort and reads through it, 15-17 ms for column
+  //   ranges over the threads, and 23 ms for the argsort and data[order] copy it replaces.
+  if (sorted) {
+    return ParallelFor(pool, segments, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, f)),
+                       [=](int64_t s0, int64_t s1) {
+                         std::fill(y + s0 * f, y + s1 * f, T(0));
+                         const int64_t r0 =
+                             std::lower_bound(id, id + e, static_cast<int32_t>(s0)) - id;
+                         const int64_t r1 =
+                             std::lower_bound(id + r0, id + e, static_cast<int32_t>(s1)) - id;
+                         AddRowsCloned(x, id, r0, r1, s0, s1, f, 0, f, y);
+                       });
+  }
+  std::fill(y, y + segments * f, T(0));
+  AddRowsCloned(x, id, 0, e, 0, segments, f, 0, f, y);
+  return ReadyFuture();
 }
 
 ffi::Future SegmentSumImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer ids,
-                           ffi::Result<ffi::AnyBuffer> out) {
+                           ffi::Result<ffi::AnyBuffer> out, int64_t sorted) {
   if (ids.element_type() != ffi::DataType::S32) {
     return ErrorFuture(ffi::Error::InvalidArgument("jaxext segment_sum: int32 segment ids"));
   }
   switch (data.element_type()) {
     case ffi::DataType::F32:
-      return SegmentSumTyped<float>(pool, data, ids, out);
+      return SegmentSumTyped<float>(pool, data, ids, out, sorted != 0);
     case ffi::DataType::F64:
-      return SegmentSumTyped<double>(pool, data, ids, out);
+      return SegmentSumTyped<double>(pool, data, ids, out, sorted != 0);
     default:
       return ErrorFuture(ffi::Error::InvalidArgument("jaxext segment_sum: float32/64 only"));
   }
@@ -124,7 +163,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextSegmentSumCpu, SegmentSumImpl,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("sorted"));
 
 }  // namespace cpu
 }  // namespace jaxext

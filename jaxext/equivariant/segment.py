@@ -1,8 +1,10 @@
 """Deterministic segment sums: rows added in order, no atomics (jaxext/cpu/sph_cpu.cc).
 
-`segment_sum_p(data, ids)` takes ids sorted ascending; `segment_sum` sorts them first (a stable
-argsort) unless told they are sorted. The primitive is linear in `data`: its JVP is itself on the
-tangents and its transpose a gather, so derivatives of every order work.
+`segment_sum_p(data, ids, sorted=...)` takes ids in any order (sorted=False) or promised ascending
+(sorted=True: checked). On the CPU the kernel groups unsorted rows itself (a stable counting sort,
+reading each row where it is); on CUDA, whose kernel needs sorted ids, the lowering sorts first (a
+stable argsort and a gather). The primitive is linear in `data`: its JVP is itself on the tangents
+and its transpose a gather, so derivatives of every order work.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import operator
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend.core import Primitive
 
 from jaxext import _eager
@@ -27,8 +30,8 @@ segment_sum_p = Primitive("jaxext_segment_sum")
 def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool = False):
   """out[s] = sum of data[i] over the rows i with segment_ids[i] == s, for s < num_segments.
 
-  Deterministic: the rows of a segment are added in their order in `data` (after a stable sort of
-  the ids), the same bits on every run and for any number of threads. Ids outside
+  Deterministic: the rows of a segment are added in their order in `data`, the same bits on
+  every run, for any number of threads and whether or not the ids came sorted. Ids outside
   [0, num_segments) are dropped (as jax.ops.segment_sum does). With indices_are_sorted=True the
   ids must be sorted ascending (checked by the kernel: an unsorted input raises on the CPU and
   makes every sum NaN on CUDA, where a kernel cannot raise).
@@ -54,14 +57,11 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
   if num_segments < 0:
     raise ValueError(f"num_segments must be >= 0; got {num_segments}")
   ids = ids.astype(jnp.int32)
-  if not indices_are_sorted:
-    order = jnp.argsort(ids, stable=True)
-    ids = ids[order]
-    data = data[order]
-  return segment_sum_p.bind(data, ids, num_segments=num_segments)
+  return segment_sum_p.bind(data, ids, num_segments=num_segments,
+                            sorted=bool(indices_are_sorted))
 
 
-def _abstract_eval(data, ids, *, num_segments):
+def _abstract_eval(data, ids, *, num_segments, sorted):
   return jax.core.ShapedArray((num_segments,) + data.shape[1:], data.dtype)
 
 
@@ -71,36 +71,42 @@ segment_sum_p.def_abstract_eval(_abstract_eval)
 _eager.def_jit_impl(segment_sum_p)
 
 
-def _lowering(ctx, data, ids, *, num_segments, platform):
+def _lowering(ctx, data, ids, *, num_segments, sorted, platform):
   if platform not in _ffi.register_all():
     raise NotImplementedError(f"jaxext.equivariant.segment_sum has no {platform} kernel in this "
                               "build")
   (aval, _) = ctx.avals_in
   out = jax.ShapeDtypeStruct((num_segments,) + aval.shape[1:], aval.dtype)
   if platform == "cpu":
-    return compat.lower_fun(lambda d, i: (jax.ffi.ffi_call("jaxext_segment_sum", out)(d, i),),
+    call = jax.ffi.ffi_call("jaxext_segment_sum", out)
+    return compat.lower_fun(lambda d, i: (call(d, i, sorted=np.int64(sorted)),),
                             multiple_results=True)(ctx, data, ids)
   # CUDA: a second result flags ids found unsorted (the sums are NaN then: a GPU cannot raise).
   flag = jax.ShapeDtypeStruct((1,), jnp.int32)
-  return compat.lower_fun(
-      lambda d, i: (jax.ffi.ffi_call("jaxext_segment_sum", (out, flag))(d, i)[0],),
-      multiple_results=True)(ctx, data, ids)
+
+  def cuda(d, i):
+    if not sorted:  # the kernel needs ascending ids: a stable sort keeps each segment's row order
+      order = jnp.argsort(i, stable=True)
+      d, i = d[order], i[order]
+    return (jax.ffi.ffi_call("jaxext_segment_sum", (out, flag))(d, i)[0],)
+
+  return compat.lower_fun(cuda, multiple_results=True)(ctx, data, ids)
 
 
 compat.register_lowering(segment_sum_p, functools.partial(_lowering, platform="cpu"), "cpu")
 compat.register_lowering(segment_sum_p, functools.partial(_lowering, platform="CUDA"), "cuda")
 
 
-def _jvp(primals, tangents, *, num_segments):
+def _jvp(primals, tangents, *, num_segments, sorted):
   data, ids = primals
   ddata, _ = tangents
-  out = segment_sum_p.bind(data, ids, num_segments=num_segments)
+  out = segment_sum_p.bind(data, ids, num_segments=num_segments, sorted=sorted)
   if compat.is_zero_tangent(ddata):
     return out, jnp.zeros_like(out)
-  return out, segment_sum_p.bind(ddata, ids, num_segments=num_segments)
+  return out, segment_sum_p.bind(ddata, ids, num_segments=num_segments, sorted=sorted)
 
 
-def _transpose(ct, data, ids, *, num_segments):
+def _transpose(ct, data, ids, *, num_segments, sorted):
   assert compat.is_undefined_primal(data) and not compat.is_undefined_primal(ids)
   ct = compat.instantiate_zeros(ct)
   # Rows the sum dropped (ids outside [0, num_segments)) get zero: send them past the end (take
@@ -113,16 +119,17 @@ compat.register_jvp(segment_sum_p, _jvp)
 compat.register_transpose(segment_sum_p, _transpose)
 
 
-def _batch(args, dims, *, num_segments):
+def _batch(args, dims, *, num_segments, sorted):
   (data, ids), (dd, di) = args, dims
   if not compat.is_mapped(di):  # shared ids: the batch axis becomes a feature axis
     data = jnp.moveaxis(data, dd, 1)
-    return segment_sum_p.bind(data, ids, num_segments=num_segments), 1
+    return segment_sum_p.bind(data, ids, num_segments=num_segments, sorted=sorted), 1
   size = compat.batch_size(args, dims)
   data = compat.batch_axis_to_front(data, dd, size)
   ids = compat.batch_axis_to_front(ids, di, size)
-  out = jax.lax.map(lambda a: segment_sum_p.bind(a[0], a[1], num_segments=num_segments),
-                    (data, ids))
+  out = jax.lax.map(
+      lambda a: segment_sum_p.bind(a[0], a[1], num_segments=num_segments, sorted=sorted),
+      (data, ids))
   return out, 0
 
 
