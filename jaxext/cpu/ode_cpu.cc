@@ -144,13 +144,14 @@ struct Attrs {
 // takes its own steps, with the same arithmetic as alone: results do not depend on the lanes.
 constexpr int kLanes = 4;
 
-// Integrates trajectories j = (*next)++ while j < count, up to kLanes at a time. `make_rhs(p, scratch)` gives
+// Integrates trajectories j = (*next)++ while j < count, up to max_lanes (<= kLanes) at a time. `make_rhs(p, scratch)` gives
 // trajectory j's right-hand side (p: its parameters; scratch: 2 n^2 + 2 n np elements it may
 // use). With `sensitivities`, the state has n_aug = n + n (n + np) components, the sensitivities
 // starting from [I | 0], and the error is controlled on the first n only (the steps are those of
 // the state alone).
 template <typename T, typename MakeRhs>
-ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, const Attrs& a, MakeRhs make_rhs,
+ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes, const Attrs& a,
+                    MakeRhs make_rhs,
                     const EventSet<T>& events_proto, int64_t n, int64_t np, int64_t n_aug,
                     int64_t m, int64_t kslots, const T* y0, const T* params, const T* span,
                     const T* t_eval, T* ys, T* t_final, T* y_final, int32_t* stats, T* t_events,
@@ -176,7 +177,7 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, const Attrs& a, M
     dop853::Outputs<T> out;
     int64_t j = -1;
   };
-  const int lanes = static_cast<int>(std::min<int64_t>(kLanes, count));
+  const int lanes = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_lanes, count)));
   std::vector<Lane> lane(lanes, Lane{std::vector<T>(dop853::WorkspaceSize(n_aug)),
                                      std::vector<T>(scratch_size), std::vector<T>(n_aug),
                                      make_rhs(params, nullptr), events_proto, {}, -1});
@@ -353,12 +354,15 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
   int32_t* cp = event_counts->typed_data<int32_t>();
   // Trajectories cost from microseconds to seconds each: every worker (the pool's threads and
   // the caller) takes them one at a time from a shared counter into its lanes.
+  // Few trajectories for many threads: fewer lanes each, so that no thread takes 4 while others
+  // get none (a lane claims a trajectory when it starts and when it frees up).
   auto next = std::make_shared<std::atomic<int64_t>>(0);
   const int64_t workers = std::min<int64_t>(pool.num_threads() + 1, count);
+  const int64_t max_lanes = std::min<int64_t>(kLanes, (count + workers - 1) / workers);
   return ParallelForDynamic(pool, workers, 1, [=](int64_t, int64_t) {
     auto run = [&](auto make_rhs) {
-      return RunLanes<T>(next.get(), count, a, make_rhs, events, n, np, n_aug, m, kslots, y0p, pp,
-                         sp, tp, ysp, tfp, yfp, stp, tep, yep, cp);
+      return RunLanes<T>(next.get(), count, max_lanes, a, make_rhs, events, n, np, n_aug, m,
+                         kslots, y0p, pp, sp, tp, ysp, tfp, yfp, stp, tep, yep, cp);
     };
     const orbit::Model<T>* mp = &model;
     if (!sensitivities) {

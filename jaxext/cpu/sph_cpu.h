@@ -14,7 +14,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextSphCpu);
 // data (E, F), segment_ids (E,) int32 -> out (S, F): out[s] = sum of the rows with id s, added
 // in row order (the same bits for any thread count). Ids outside [0, S) are dropped. Attribute
 // sorted (i64): 1 = the ids are promised ascending (checked: an error otherwise); 0 = any order
-// (the kernel groups the rows itself, a stable counting sort).
+// (one pass over the rows, each added to its segment: no sort).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextSegmentSumCpu);
 
 }  // namespace cpu

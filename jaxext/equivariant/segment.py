@@ -1,9 +1,9 @@
 """Deterministic segment sums: rows added in order, no atomics (jaxext/cpu/sph_cpu.cc).
 
 `segment_sum_p(data, ids, sorted=...)` takes ids in any order (sorted=False) or promised ascending
-(sorted=True: checked). On the CPU the kernel groups unsorted rows itself (a stable counting sort,
-reading each row where it is); on CUDA, whose kernel needs sorted ids, the lowering sorts first (a
-stable argsort and a gather). The primitive is linear in `data`: its JVP is itself on the tangents
+(sorted=True: checked). On the CPU the kernel adds unsorted rows to their segments in one pass
+over the data (no sort, no permuted copy); on CUDA, whose kernel needs sorted ids, the lowering
+sorts first (a stable argsort and a gather). The primitive is linear in `data`: its JVP is itself on the tangents
 and its transpose a gather, so derivatives of every order work.
 """
 

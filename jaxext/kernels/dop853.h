@@ -234,8 +234,9 @@ class Integrator {
   }
 
   // The phases of Run, for a caller that advances several integrators stage by stage (the CPU
-  // handler interleaves trajectories so that one's latency hides another's). Every phase returns
-  // kRunning or the final status (its outputs then written).
+  // handler interleaves trajectories so that one's latency hides another's). Begin, Attempt and
+  // Conclude return kRunning or the final status (its outputs then written); Stage returns false
+  // when the right-hand side failed, and the caller finishes the trajectory with Fail.
 
   // Everything before the first step: f(t0, y0), the events' first values, the initial step.
   JAXEXT_HD_FUNC int32_t Begin(T t0, T t1, const T* y0, bool inputs_finite,

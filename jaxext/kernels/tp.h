@@ -120,14 +120,15 @@ JAXEXT_HD void Tile(const Path& q, int64_t e0, int64_t e1, int64_t key, int64_t 
       for (int u = 0; u < B; ++u) sum[u] += s * (xr[u] * orow[u]);
     }
   }
-  const T* wp = w + q.w + u0;
   if constexpr (kMode == kOut || kMode == kX) {
+    const T* wp = w + q.w + u0;
     T* a = acc + (kMode == kOut ? q.out : q.x) + key * mul + u0;
     for (int u = 0; u < B; ++u) a[u] += wp[u] * sum[u];
-  } else if constexpr (kMode == kW) {
+  } else if constexpr (kMode == kW) {  // w is the result here (no input)
     T* a = acc + q.w + u0;
     for (int u = 0; u < B; ++u) a[u] += sum[u];
   } else {  // fold the B channels into the lanes of y[j]'s partial sums
+    const T* wp = w + q.w + u0;
     constexpr int kL = kYLanes<T>;
     T* part = acc + (q.y + key) * kL;
     if constexpr (B >= kL) {
