@@ -596,6 +596,109 @@ def test_gradients_against_scipy_finite_differences():
   np.testing.assert_allclose(d_b[:, 0], fd, rtol=1e-5, atol=1e-5 * np.abs(fd).max())
 
 
+# An orbit from 300 km to ~1400 km altitude crossing the 800 km sphere twice per revolution.
+_CROSSING = elements_state(RE + 850.0, 0.08, 0.9, 0.3, 0.5, 0.2)
+_CROSS_R = RE + 800.0
+
+
+def _scipy_crossings(model, y, b, t1, terminal=False, direction=0):
+  g = lambda t, yy: np.linalg.norm(yy[:3]) - _CROSS_R
+  g.terminal, g.direction = terminal, direction
+  sol = scipy_dop853(model_np(model, [b]), (0.0, t1), y, rtol=1e-13, atol=1e-13, events=[g])
+  return sol.t_events[0], sol.y_events[0], sol.t[-1], sol.y[:, -1]
+
+
+def test_event_derivatives_against_scipy_finite_differences():
+  """d t_events and d y_events with respect to y0 and B (non-terminal crossings of a sphere)
+  against central differences of scipy's event times and states."""
+  model = models.Model(j2=models.EARTH_J2, atmosphere=SMOOTH_AIR)
+  y0, b, t1 = _CROSSING, 0.03, 9000.0  # ~1.5 revolutions: 3 crossings
+
+  def events(y, bb):
+    sol = ode.dop853(model, y[None], (0.0, t1), bb[None], rtol=1e-12, atol=1e-12,
+                     events=[models.radius_event(_CROSS_R)], event_slots=4)
+    return sol.t_events[0, 0, :3], sol.y_events[0, 0, :3]
+
+  t_ev, y_ev = events(y0, np.array([b]))
+  ref_t, ref_y, _, _ = _scipy_crossings(model, y0, b, t1)
+  assert ref_t.shape == (3,)
+  np.testing.assert_allclose(np.asarray(t_ev), ref_t, rtol=1e-11)
+  (dt_y0, dt_b), (dy_y0, dy_b) = jax.jacobian(events, argnums=(0, 1))(y0, np.array([b]))
+  steps = [0.1, 0.1, 0.1, 1e-4, 1e-4, 1e-4]
+  for k in (0, 2, 3, 5):
+    e = np.zeros(6)
+    e[k] = steps[k]
+    (tp, yp, _, _), (tm, ym, _, _) = (_scipy_crossings(model, y0 + e, b, t1),
+                                      _scipy_crossings(model, y0 - e, b, t1))
+    fd_t, fd_y = (tp - tm) / (2 * steps[k]), (yp - ym) / (2 * steps[k])
+    np.testing.assert_allclose(np.asarray(dt_y0)[:, k], fd_t, rtol=1e-5,
+                               atol=1e-6 * np.abs(fd_t).max())
+    np.testing.assert_allclose(np.asarray(dy_y0)[:, :, k], fd_y, rtol=1e-5,
+                               atol=1e-5 * np.abs(fd_y).max())
+  (tp, yp, _, _), (tm, ym, _, _) = (_scipy_crossings(model, y0, b * 1.01, t1),
+                                    _scipy_crossings(model, y0, b * 0.99, t1))
+  fd_t, fd_y = (tp - tm) / (0.02 * b), (yp - ym) / (0.02 * b)
+  np.testing.assert_allclose(np.asarray(dt_b)[:, 0], fd_t, rtol=1e-4, atol=1e-5 * np.abs(fd_t).max())
+  np.testing.assert_allclose(np.asarray(dy_b)[:, :, 0], fd_y, rtol=1e-4,
+                             atol=1e-4 * np.abs(fd_y).max())
+
+
+def test_terminal_event_derivatives_of_t_final_and_y_final():
+  """A terminal descending crossing: t_final and y_final move with the event; a trajectory that
+  never meets the event keeps the plain sensitivities (and zero d t_final)."""
+  model = models.Model(j2=models.EARTH_J2, atmosphere=SMOOTH_AIR)
+  b, t1 = 0.03, 9000.0
+  y0 = np.stack([_CROSSING, circular_state(400.0, 0.5)])  # the second never reaches 800 km
+
+  def final(y, bb):
+    sol = ode.dop853(model, y, (0.0, t1), bb, rtol=1e-12, atol=1e-12,
+                     events=[models.radius_event(_CROSS_R, terminal=True, direction=-1)])
+    return sol.t_final, sol.y_final, sol.status
+
+  t_f, y_f, status = final(y0, np.full((2, 1), b))
+  np.testing.assert_array_equal(np.asarray(status), [ode.Status.EVENT, ode.Status.SUCCESS])
+  _, _, ref_t, ref_y = _scipy_crossings(model, y0[0], b, t1, terminal=True, direction=-1)
+  np.testing.assert_allclose(float(t_f[0]), ref_t, rtol=1e-11)
+  jac = jax.jacobian(lambda y, bb: final(y, bb)[:2], argnums=(0, 1))(y0, np.full((2, 1), b))
+  (dtf_y0, dtf_b), (dyf_y0, dyf_b) = jac
+  for k, h in ((0, 0.1), (4, 1e-4)):
+    e = np.zeros(6)
+    e[k] = h
+    _, _, tp, yp = _scipy_crossings(model, y0[0] + e, b, t1, terminal=True, direction=-1)
+    _, _, tm, ym = _scipy_crossings(model, y0[0] - e, b, t1, terminal=True, direction=-1)
+    np.testing.assert_allclose(float(dtf_y0[0, 0, k]), (tp - tm) / (2 * h), rtol=1e-5)
+    fd = (yp - ym) / (2 * h)
+    np.testing.assert_allclose(np.asarray(dyf_y0)[0, :, 0, k], fd, rtol=1e-5,
+                               atol=1e-5 * np.abs(fd).max())
+  _, _, tp, _ = _scipy_crossings(model, y0[0], b * 1.01, t1, terminal=True, direction=-1)
+  _, _, tm, _ = _scipy_crossings(model, y0[0], b * 0.99, t1, terminal=True, direction=-1)
+  np.testing.assert_allclose(float(dtf_b[0, 0, 0]), (tp - tm) / (0.02 * b), rtol=1e-4)
+  # the second trajectory: t_final = t1 does not move; y_final is that of a run without events
+  assert np.all(np.asarray(dtf_y0)[1] == 0) and np.all(np.asarray(dtf_b)[1] == 0)
+  plain = jax.jacobian(lambda y: ode.dop853(model, y[None], (0.0, t1), [b], rtol=1e-12,
+                                            atol=1e-12).y_final[0])(y0[1])
+  np.testing.assert_allclose(np.asarray(dyf_y0)[1, :, 1, :], np.asarray(plain), rtol=1e-12,
+                             atol=1e-15)
+  # no cross-talk between trajectories
+  assert np.all(np.asarray(dyf_y0)[0, :, 1, :] == 0) and np.all(np.asarray(dyf_y0)[1, :, 0, :] == 0)
+
+
+def test_event_gradients_check_grads_and_unused_slots():
+  """Reverse mode equals forward mode (check_grads), and event slots never filled (NaN) give zero,
+  finite gradients."""
+  model = models.earth(j2=True)
+  te = lambda y: ode.dop853(model, y[None], (0.0, 7000.0), rtol=1e-12, atol=1e-12,
+                            events=[models.radius_event(_CROSS_R)], event_slots=6).t_events[0, 0]
+  t_ev = np.asarray(te(_CROSSING))
+  assert np.isfinite(t_ev[:2]).all() and np.isnan(t_ev[-1])
+  loss = lambda y: jnp.sum(jnp.where(jnp.isfinite(te(y)), te(y), 0.0) ** 2)
+  g = np.asarray(jax.grad(loss)(_CROSSING))
+  assert np.isfinite(g).all() and np.abs(g).max() > 0
+  first_two = lambda y: te(y)[:2]
+  check_grads(first_two, (_CROSSING,), order=1, modes=("fwd", "rev"), eps=1e-3, atol=1e-3,
+              rtol=1e-3)
+
+
 def test_differentiating_leaves_the_solution_unchanged():
   y0 = np.array([[2.0, 0.0], [0.5, -0.3]])
   mu = np.array([[1.0], [2.5]])
@@ -667,9 +770,13 @@ def test_gradient_errors():
   with pytest.raises(ValueError, match="Jacobian"):
     jax.grad(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0]).y_final.sum())(
         np.array([[1.0, 0.0]]))
-  with pytest.raises(NotImplementedError, match="events"):
+  with pytest.raises(NotImplementedError, match="events"):  # Python functions with events
     jax.grad(lambda y: ode.dop853(van_der_pol_j, y, (0.0, 1.0), [1.0],
                                   events=[crosses_zero]).y_final.sum())(np.array([[1.0, 0.0]]))
+  with pytest.raises(NotImplementedError, match="events"):  # a Python event on a built-in model
+    jax.grad(lambda y: ode.dop853(models.two_body(), y, (0.0, 100.0),
+                                  events=[ode.event(lambda t, y, p: y[2])]).y_final.sum())(
+        _CROSSING[None])
   with pytest.raises(NotImplementedError, match="t_span"):
     jax.grad(lambda t: ode.dop853(van_der_pol_j, np.array([[1.0, 0.0]]), (0.0, t),
                                   [1.0]).y_final.sum())(1.0)

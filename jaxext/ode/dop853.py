@@ -36,6 +36,7 @@ from jaxext import _jax_compat as compat
 from jaxext import _sharding
 from jaxext._validation import float_operand
 from jaxext.ode import functions
+from jaxext.ode import models
 from jaxext.ode.models import Model
 
 __all__ = ["Solution", "Status", "dop853", "dop853_p"]
@@ -119,8 +120,11 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
   params, through the variational equations integrated with the state on the state's own steps
   (the error is controlled on the state; the solution is bitwise the same as without derivatives).
   Built-in models use their exact Jacobians (dual numbers through the same C++ model); a Python
-  right-hand side needs `@jaxext.ode.rhs(jacobian=...)`. Not yet: runs with events, derivatives
-  with respect to t_span or t_eval, second derivatives.
+  right-hand side needs `@jaxext.ode.rhs(jacobian=...)`. With events (built-in models and
+  radius/altitude events): t_events, y_events, and t_final / y_final of trajectories a terminal
+  event stopped too (an event time moves by -(r/|r| . dr) / (r/|r| . v): infinite where the orbit
+  grazes the sphere, r . v = 0). Not yet: Python event functions or right-hand sides with events,
+  derivatives with respect to t_span or t_eval, second derivatives.
 
   Raises:
     TypeError / ValueError at trace time for bad arguments (the message names the argument).
@@ -479,9 +483,11 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
   if not (compat.is_zero_tangent(dspan) and compat.is_zero_tangent(dte)):
     raise NotImplementedError("jaxext.ode.dop853: derivatives with respect to t_span or t_eval are "
                               "not available (only y0 and params)")
-  if events:
-    raise NotImplementedError("jaxext.ode.dop853: derivatives of solutions with events are not "
-                              "available yet (differentiate a run without events)")
+  if events and (user is not None or any(kind != 0 for kind, *_ in events)):
+    raise NotImplementedError(
+        "jaxext.ode.dop853: derivatives of runs with events need a built-in model and built-in "
+        "radius/altitude events (their event times' derivatives use the model's right-hand side "
+        "and the event's gradient); not yet for Python right-hand sides or event functions")
   if user is not None and user.rhs is not None and user.rhs.jacobian is None:
     raise ValueError(f"jaxext.ode.dop853: derivatives need the Jacobian of the right-hand side "
                      f"'{params['name']}': define it with @jaxext.ode.rhs(jacobian=...)")
@@ -499,11 +505,43 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
   d_ys = jnp.einsum("ntij,nj->nti", s_ys, dz)
   d_final = jnp.einsum("nij,nj->ni", s_final, dz)
   y_events = y_events_aug[..., :n]
+  d_t_final, d_t_events, d_y_events = (jnp.zeros_like(t_final), jnp.zeros_like(t_events),
+                                       jnp.zeros_like(y_events))
+  if events:
+    # Every event is g = |r| - R (built-in): at a root, g(y(t_e; z)) = 0 gives
+    #   dt_e = -(r/|r| . dr/dz dz) / (r/|r| . v)   (the same for every radius R),
+    # and the state there moves by S dz + f dt_e (f: the model's right-hand side).
+    def at_root(y_aug, p_rows, valid):
+      y, s = y_aug[..., :n], y_aug[..., n:].reshape(y_aug.shape[:-1] + (n, cols))
+      ok = valid & jnp.isfinite(y).all(-1)
+      # Unused rows (NaN) get a harmless stand-in state, |r| twice the body's radius and r . v
+      # nonzero, so that nothing non-finite enters the (masked) tangents or their transposes.
+      big = 2 * float(params["model"][1])
+      y = jnp.where(ok[..., None], y, jnp.asarray([big, 0, 0, 1, 1, 0], y.dtype))
+      s = jnp.where(ok[..., None, None], s, 0)
+      r = y[..., :3]
+      dr = jnp.einsum("...ij,...j->...i", s[..., :3, :], _expand_as(dz, s))
+      dt = -jnp.sum(r * dr, -1) / jnp.sum(r * y[..., 3:6], -1)
+      f = models.rhs_from_constants(params["model"], y, p_rows)
+      dy = jnp.einsum("...ij,...j->...i", s, _expand_as(dz, s)) + f * dt[..., None]
+      return jnp.where(ok, dt, 0), jnp.where(ok[..., None], dy, 0)
+
+    pe = p[:, None, None, :]
+    d_t_events, d_y_events = at_root(y_events_aug, jnp.broadcast_to(
+        pe, y_events_aug.shape[:-1] + p.shape[1:]), jnp.isfinite(t_events))
+    stopped = stats[:, 0] == Status.EVENT  # t_final is a terminal event's time
+    dt_f, dy_f = at_root(y_final_aug, p, stopped)
+    d_t_final = dt_f
+    d_final = jnp.where(stopped[:, None], dy_f, d_final)
   float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
   primal_out = (ys, t_final, y_final, stats, t_events, y_events, counts)
-  tangent_out = (d_ys, jnp.zeros_like(t_final), d_final, float0(stats), jnp.zeros_like(t_events),
-                 jnp.zeros_like(y_events), float0(counts))
+  tangent_out = (d_ys, d_t_final, d_final, float0(stats), d_t_events, d_y_events, float0(counts))
   return primal_out, tangent_out
+
+
+def _expand_as(dz, s):
+  """dz (N, cols) broadcast against sensitivities s (N, ..., n, cols) -> (N, ..., cols)."""
+  return dz.reshape(dz.shape[:1] + (1,) * (s.ndim - 3) + dz.shape[1:])
 
 
 compat.register_jvp(dop853_p, _jvp)

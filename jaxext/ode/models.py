@@ -106,6 +106,51 @@ class Model:
                        0 if atm is None else len(atm.base_altitude), *bands], np.float64)
 
 
+def rhs_from_constants(constants, y, p):
+  """dy/dt of the model whose `Model.constants()` are `constants`, in jax.numpy, the formulas of
+  jaxext/kernels/orbit.h: y (..., 6), p (..., >= num_params). For derivatives at events (where
+  the solution's tangent needs f); the integrator itself runs the C++ model."""
+  import jax.numpy as jnp  # only here: the module is imported without jax by its NumPy users
+
+  c = [float(v) for v in constants]
+  mu, radius, j2, j3, j4, drag, meters_per_unit, omega, bands = c[:9]
+  x, yy, z = y[..., 0], y[..., 1], y[..., 2]
+  r2 = x * x + yy * yy + z * z
+  r = jnp.sqrt(r2)
+  mu_r3 = mu / (r2 * r)
+  ax, ay, az = -mu_r3 * x, -mu_r3 * yy, -mu_r3 * z
+  if j2 or j3 or j4:
+    zr2 = z * z * (1 / r2)
+    rr = radius / r
+    mu_r3_rr2 = mu_r3 * rr * rr
+    if j2:
+      f = -1.5 * j2 * mu_r3_rr2
+      q = 1 - 5 * zr2
+      ax, ay, az = ax + f * x * q, ay + f * yy * q, az + f * z * (q + 2)
+    if j3:
+      f = -2.5 * j3 * mu_r3_rr2 * rr / r
+      q = z * (3 - 7 * zr2)
+      ax, ay = ax + f * x * q, ay + f * yy * q
+      az = az + f * r2 * (6 * zr2 - 7 * zr2 * zr2 - 0.6)
+    if j4:
+      f = j4 * mu_r3_rr2 * rr * rr * 0.125
+      ax = ax + 15 * f * x * (1 - 14 * zr2 + 21 * zr2 * zr2)
+      ay = ay + 15 * f * yy * (1 - 14 * zr2 + 21 * zr2 * zr2)
+      az = az + 5 * f * z * (15 - 70 * zr2 + 63 * zr2 * zr2)
+  if drag:
+    nb = int(bands)
+    base = jnp.asarray(c[9:9 + nb], y.dtype)
+    rho0 = jnp.asarray(c[9 + nb:9 + 2 * nb], y.dtype)
+    scale = jnp.asarray(c[9 + 2 * nb:9 + 3 * nb], y.dtype)
+    h = r - radius
+    b = jnp.clip(jnp.searchsorted(base, h, side="right") - 1, 0, nb - 1)
+    rho = rho0[b] * jnp.exp((base[b] - h) * (1 / scale[b]))  # orbit.h multiplies by 1 / H
+    vx, vy, vz = y[..., 3] + omega * yy, y[..., 4] - omega * x, y[..., 5]
+    k = -(meters_per_unit / 2) * p[..., 0] * rho * jnp.sqrt(vx * vx + vy * vy + vz * vz)
+    ax, ay, az = ax + k * vx, ay + k * vy, az + k * vz
+  return jnp.stack([y[..., 3], y[..., 4], y[..., 5], ax, ay, az], axis=-1)
+
+
 def two_body(mu: float = EARTH_MU) -> Model:
   """Keplerian motion about a point mass (km, s by default)."""
   return Model(mu=mu, name="two-body")
