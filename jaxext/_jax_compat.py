@@ -7,8 +7,9 @@ through `jax.interpreters` (its rule registries and a few helpers) is wrapped he
 * `register_lowering(prim, rule, platform)`   mlir.register_lowering
 * `register_jvp(prim, rule)`                  ad.primitive_jvps
 * `register_batching(prim, rule)`             batching.primitive_batchers
-* `register_transpose(prim, rule)`, `is_undefined_primal(x)`   ad.primitive_transposes, for
-                                              primitives linear in some operands
+* `register_transpose(prim, rule)`, `is_undefined_primal(x)`, `undefined_primal_aval(x)`
+                                              ad.primitive_transposes, for primitives linear in
+                                              some operands (the shape of an undefined operand)
 * `NOT_MAPPED`, `is_mapped(dim)`              the batch dimension of an operand vmap does not map
 * `batch_size(args, dims)`                    the size of the axis vmap maps (from a mapped operand)
 * `batch_axis_to_front(x, dim, size)`         an operand with its batch axis first (broadcast if
@@ -29,7 +30,7 @@ from jax.interpreters import ad, batching, mlir
 __all__ = [
     "JAX_VERSION", "NOT_MAPPED", "batch_axis_to_front", "batch_size", "instantiate_zeros", "is_mapped",
     "is_undefined_primal", "is_zero_tangent", "register_batching", "register_jvp",
-    "register_lowering", "register_transpose",
+    "register_lowering", "register_transpose", "undefined_primal_aval",
 ]
 
 
@@ -65,8 +66,8 @@ def batch_axis_to_front(x, dim, size: int):
   return jnp.moveaxis(x, dim, 0)
 
 
-def register_lowering(prim, rule, platform: str, *, partitioned: bool = False) -> None:
-  """Registers `rule` as `prim`'s lowering on `platform`.
+def register_lowering(prim, rule, platform: str | None, *, partitioned: bool = False) -> None:
+  """Registers `rule` as `prim`'s lowering on `platform` (None: every platform).
 
   partitioned: the rule lowers through jax.experimental.custom_partitioning (jaxext._sharding),
   which needs the devices during lowering: jit otherwise lowers device-agnostically (its
@@ -102,6 +103,11 @@ def register_transpose(prim, rule) -> None:
 
 def is_undefined_primal(x) -> bool:
   return ad.is_undefined_primal(x)
+
+
+def undefined_primal_aval(x):
+  """The abstract value (shape, dtype) of an operand a transpose rule receives undefined."""
+  return x.aval
 
 
 def is_zero_tangent(t) -> bool:

@@ -230,6 +230,63 @@ def test_segment_sum_unsorted_equals_sorted_bitwise_without_sorting_on_cpu():
   assert "stablehlo.sort" not in hlo and "gather" not in hlo, hlo
 
 
+# --- gather (deterministic transpose) -------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gather_values_and_gradients_equal_indexing(dtype):
+  rng = np.random.default_rng(21)
+  x = rng.normal(size=(40, 3, 5)).astype(dtype)
+  idx = rng.integers(0, 40, (7, 30))  # any index shape; repeated rows
+  got = eq.gather(x, idx)
+  assert got.shape == (7, 30, 3, 5) and got.dtype == dtype
+  np.testing.assert_array_equal(np.asarray(got), x[idx])
+  w = rng.normal(size=(7, 30, 3, 5)).astype(dtype)
+  ours = jax.grad(lambda a: jnp.sum(w * eq.gather(a, idx)))(x)
+  ref = jax.grad(lambda a: jnp.sum(w * a[idx]))(x)
+  tol = 1e-5 if dtype == np.float32 else 1e-13
+  np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=tol, atol=tol)
+  x64 = x.astype(np.float64)
+  check_grads(lambda a: eq.gather(a, idx) ** 3, (x64,), order=2, modes=("fwd", "rev"))
+
+
+def test_gather_gradient_program_has_no_scatter():
+  """The point of gather: its transpose (and segment_sum's, at every order) is jaxext's ordered
+  sum, not XLA's scatter-add (nondeterministic on GPUs)."""
+  rng = np.random.default_rng(22)
+  x, idx = rng.normal(size=(20, 4)), rng.integers(0, 20, 100)
+  w = rng.normal(size=(100, 4))
+  first = jax.jit(jax.grad(lambda a: jnp.sum(jnp.sin(eq.gather(a, idx)) * w)))
+  second = jax.jit(jax.grad(lambda a: jnp.sum(first(a) ** 2)))
+  third = jax.jit(jax.grad(lambda d: jnp.sum(jnp.cos(eq.segment_sum(d, idx, 20)) ** 2)))
+  for fn, arg in ((first, x), (second, x), (third, w)):
+    hlo = fn.lower(arg).as_text()
+    assert "scatter" not in hlo and "jaxext_segment_sum" in hlo, hlo
+  indexing = jax.jit(jax.grad(lambda a: jnp.sum(jnp.sin(a[idx]) * w))).lower(x).as_text()
+  assert "scatter" in indexing  # what the test guards against is really there otherwise
+
+
+def test_gather_out_of_range_vmap_and_errors():
+  x = np.arange(12.0).reshape(6, 2)
+  got = np.asarray(eq.gather(x, np.array([5, -1, 6, 0])))
+  np.testing.assert_array_equal(got[[0, 3]], x[[5, 0]])
+  assert np.isnan(got[[1, 2]]).all()  # no wrap-around, no clamping
+  g = jax.grad(lambda a: jnp.nansum(eq.gather(a, np.array([5, -1, 6, 5]))))(x)
+  np.testing.assert_array_equal(np.asarray(g), np.where(np.arange(6)[:, None] == 5, 2.0, 0.0)
+                                * np.ones((6, 2)))
+  xb = np.random.default_rng(23).normal(size=(3, 6, 2))
+  ib = np.array([[0, 5, 5], [1, 1, 2], [3, 4, 0]])
+  np.testing.assert_array_equal(np.asarray(jax.vmap(eq.gather)(xb, ib)),
+                                np.stack([xb[b][ib[b]] for b in range(3)]))
+  np.testing.assert_array_equal(np.asarray(jax.vmap(eq.gather, (0, None))(xb, ib[0])),
+                                np.stack([xb[b][ib[0]] for b in range(3)]))
+  with pytest.raises(TypeError, match="indices"):
+    eq.gather(x, np.array([0.0, 1.0]))
+  with pytest.raises(ValueError, match="x"):
+    eq.gather(np.float64(1.0), np.array([0]))
+  with pytest.raises(TypeError, match="x"):
+    eq.gather(np.ones((3, 2), bool), np.array([0]))
+
+
 def test_segment_sum_gradient_drops_out_of_range_rows():
   ids = np.array([-1, 0, 0, 2, 5, -7])
   data = np.arange(12.0).reshape(6, 2)

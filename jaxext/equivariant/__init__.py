@@ -3,6 +3,7 @@
     Y = jaxext.equivariant.spherical_harmonics("0e+1o+2e+3o", edge_vectors)   # (E, 16)
     h = jaxext.equivariant.tensor_product(x, Y, w, "64x0e+64x1o", "0e+1o+2e+3o", "64x0e+64x1o")
     m = jaxext.equivariant.segment_sum(messages, receivers, num_nodes)        # deterministic
+    xs = jaxext.equivariant.gather(x, senders)   # x[senders], its gradient a deterministic sum
     m = jaxext.equivariant.conv(x, Y, w, senders, receivers, n, "64x0e+64x1o", "0e+1o+2e+3o",
                                 "64x0e+64x1o")                                 # fused, no E x dim
 
@@ -11,9 +12,10 @@ derivatives of every order.
 """
 
 from jaxext.equivariant.conv import conv, conv_p
+from jaxext.equivariant.gather import gather, gather_p
 from jaxext.equivariant.segment import segment_sum, segment_sum_p
 from jaxext.equivariant.spherical_harmonics import sph_p, spherical_harmonics
 from jaxext.equivariant.tensor_product import paths, tensor_product, tp_p
 
-__all__ = ["conv", "conv_p", "paths", "segment_sum", "segment_sum_p", "sph_p", "spherical_harmonics",
-           "tensor_product", "tp_p"]
+__all__ = ["conv", "conv_p", "gather", "gather_p", "paths", "segment_sum", "segment_sum_p", "sph_p",
+           "spherical_harmonics", "tensor_product", "tp_p"]

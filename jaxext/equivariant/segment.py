@@ -109,10 +109,13 @@ def _jvp(primals, tangents, *, num_segments, sorted):
 def _transpose(ct, data, ids, *, num_segments, sorted):
   assert compat.is_undefined_primal(data) and not compat.is_undefined_primal(ids)
   ct = compat.instantiate_zeros(ct)
-  # Rows the sum dropped (ids outside [0, num_segments)) get zero: send them past the end (take
-  # would wrap negative indices).
-  ids = jnp.where((ids < 0) | (ids >= num_segments), num_segments, ids)
-  return jnp.take(ct, ids, axis=0, mode="fill", fill_value=0), None
+  # The transpose is a row gather (gather_p, whose own transpose is this sum again: derivatives
+  # of every order stay deterministic); rows the sum dropped (ids outside [0, num_segments)) get
+  # zero cotangents.
+  from jaxext.equivariant.gather import gather_p
+  valid = (ids >= 0) & (ids < num_segments)
+  rows = gather_p.bind(ct, jnp.where(valid, ids, 0))
+  return jnp.where(valid.reshape(valid.shape + (1,) * (rows.ndim - 1)), rows, 0), None
 
 
 compat.register_jvp(segment_sum_p, _jvp)
