@@ -8,8 +8,9 @@ edges join atoms closer than the cutoff; per edge the spherical harmonics "0e+1o
 and a radial network (Gaussian basis -> MLP) that gives the tensor-product weights; two fused
 equivariant convolutions (`jaxext.equivariant.conv`: "8x0e" -> "8x0e+8x1o+8x2e" -> "8x0e") and a
 linear read-out of the scalars, summed over atoms, give the energy. Forces are -dE/dpositions by
-`jax.grad` (through the convolution kernels), and training on energies and forces differentiates
-the forces again (second derivatives through the kernels). Adam, written out in jnp.
+`jax.grad` (through the convolution kernels and `jaxext.equivariant.gather`'s deterministic
+transpose), and training on energies and forces differentiates the forces again (second
+derivatives through the kernels). Adam, written out in jnp.
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ def radial(params, which, r):
 
 def energy(params, pos):
   """The model's energy of one cluster (positions (ATOMS, 3))."""
-  vec = pos[RECEIVERS] - pos[SENDERS]
+  # eq.gather rather than pos[RECEIVERS]: the same rows, but the forces (its transpose) and the
+  # training gradients contain no XLA scatter-add, so they are bitwise reproducible on GPUs too.
+  vec = eq.gather(pos, RECEIVERS) - eq.gather(pos, SENDERS)
   r = jnp.sqrt(jnp.sum(vec * vec, -1))
   y = eq.spherical_harmonics(IRREPS_SH, vec)
   h0 = jnp.ones((ATOMS, 8), pos.dtype)
