@@ -35,3 +35,19 @@ def float_operand(x, name: str):
   if dtype not in _SUPPORTED:
     return jnp.asarray(x, dtype=jnp.float32)
   return jnp.asarray(x)
+
+
+def rows_operand(x, name: str):
+  """`float_operand` of an array with a leading axis of rows, or ValueError naming `name`."""
+  x = float_operand(x, name)
+  if x.ndim < 1:
+    raise ValueError(f"{name} must have a leading axis of rows; got shape {x.shape}")
+  return x
+
+
+def integer_operand(x, name: str):
+  """`x` as an array of an integer dtype, or TypeError naming `name`."""
+  x = jnp.asarray(x)
+  if not jnp.issubdtype(x.dtype, jnp.integer):
+    raise TypeError(f"{name} must be integers; got dtype {x.dtype}")
+  return x

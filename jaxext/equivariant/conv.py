@@ -20,7 +20,7 @@ from jax.extend.core import Primitive
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
-from jaxext._validation import float_operand
+from jaxext._validation import float_operand, integer_operand
 from jaxext.equivariant import _irreps
 from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_reachable,
                                                ffi_attrs, register_trilinear_rules)
@@ -65,10 +65,8 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x,
   e = y.shape[0]
   if w.shape[0] != e:
     raise ValueError(f"edge_weights has {w.shape[0]} rows, edge_sh {e}")
-  snd, rcv = jnp.asarray(senders), jnp.asarray(receivers)
+  snd, rcv = integer_operand(senders, "senders"), integer_operand(receivers, "receivers")
   for ids, name in ((snd, "senders"), (rcv, "receivers")):
-    if not jnp.issubdtype(ids.dtype, jnp.integer):
-      raise TypeError(f"{name} must be integers; got dtype {ids.dtype}")
     if ids.shape != (e,):
       raise ValueError(f"{name} must have shape ({e},) (one per edge); got {ids.shape}")
   try:

@@ -20,7 +20,7 @@ from jax.extend.core import Primitive
 
 from jaxext import _eager
 from jaxext import _jax_compat as compat
-from jaxext._validation import float_operand
+from jaxext._validation import integer_operand, rows_operand
 
 __all__ = ["gather", "gather_p"]
 
@@ -38,12 +38,8 @@ def gather(x, indices):
     indices.shape + x.shape[1:]. An index outside [0, N) gives a row of NaN (no wrap-around of
     negative indices) and no gradient.
   """
-  x = float_operand(x, "x")
-  if x.ndim < 1:
-    raise ValueError(f"x must have a leading axis of rows; got shape {x.shape}")
-  idx = jnp.asarray(indices)
-  if not jnp.issubdtype(idx.dtype, jnp.integer):
-    raise TypeError(f"indices must be integers; got dtype {idx.dtype}")
+  x = rows_operand(x, "x")
+  idx = integer_operand(indices, "indices")
   flat = gather_p.bind(x, idx.reshape(-1).astype(jnp.int32))
   return flat.reshape(idx.shape + x.shape[1:])
 

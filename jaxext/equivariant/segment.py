@@ -20,7 +20,7 @@ from jax.extend.core import Primitive
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
-from jaxext._validation import float_operand
+from jaxext._validation import integer_operand, rows_operand
 
 __all__ = ["segment_sum", "segment_sum_p"]
 
@@ -41,12 +41,8 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
     segment_ids: (E,) integers (within the int32 range).
     num_segments: static int >= 0.
   """
-  data = float_operand(data, "data")
-  if data.ndim < 1:
-    raise ValueError(f"data must have a leading axis of rows; got shape {data.shape}")
-  ids = jnp.asarray(segment_ids)
-  if not jnp.issubdtype(ids.dtype, jnp.integer):
-    raise TypeError(f"segment_ids must be integers; got dtype {ids.dtype}")
+  data = rows_operand(data, "data")
+  ids = integer_operand(segment_ids, "segment_ids")
   if ids.shape != data.shape[:1]:
     raise ValueError(f"segment_ids must have shape ({data.shape[0]},) like data's rows; got "
                      f"{ids.shape}")
