@@ -52,7 +52,8 @@ JAXEXT_DOP853_CONST double kC[kExtended] = {
     0.3333333333333333, 0.25, 0.3076923076923077, 0.6512820512820513, 0.6, 0.8571428571428571, 1.0,
     1.0, 0.1, 0.2, 0.7777777777777778
 };
-// Stage coefficients a_sj (j < s), rows 0-15; row 12 equals kB.
+// Stage coefficients a_sj (j < s), rows 0-15; row 12 is the weights of the 8th-order solution
+// (scipy's B), the FSAL stage at c = 1 evaluating f there.
 JAXEXT_DOP853_CONST double kA[kExtended][kExtended] = {
     {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
     {0.05260015195876773, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
@@ -92,12 +93,6 @@ JAXEXT_DOP853_CONST double kA[kExtended][kExtended] = {
     {-0.42889630158379194, 0.0, 0.0, 0.0, 0.0, -4.697621415361164, 7.683421196062599,
      4.06898981839711, 0.3567271874552811, 0.0, 0.0, 0.0, -0.0013990241651590145,
      2.9475147891527724, -9.15095847217987, 0.0},
-};
-// Weights of the 8th-order solution.
-JAXEXT_DOP853_CONST double kB[kStages] = {
-    0.054293734116568765, 0.0, 0.0, 0.0, 0.0, 4.450312892752409, 1.8915178993145003,
-    -5.801203960010585, 0.3111643669578199, -0.1521609496625161, 0.20136540080403034,
-    0.04471061572777259
 };
 // Error estimators: the 5th- and 3rd-order differences, over K[0..12].
 JAXEXT_DOP853_CONST double kE5[kStages + 1] = {
@@ -306,33 +301,14 @@ class Integrator {
     return kRunning;
   }
 
-  // Stage S of the attempt (1 <= S <= kStages): K[S] for S < kStages; at kStages y_new and
-  // f(t + h, y_new) into K[12]. K[0] holds f(t, y). False: the right-hand side failed (then Fail).
+  // Stage S of the attempt (1 <= S <= kStages): K[S] for S < kStages; at kStages y_new (row 12 of
+  // kA holds the solution's weights, and kC[12] = 1) and f(t + h, y_new) into K[12]. K[0] holds
+  // f(t, y). False: the right-hand side failed (then Fail).
   template <int S>
   JAXEXT_HD bool Stage() {
-    const int n = n_;
-    const T t = t_, h = h_try_;
-    if constexpr (S < kStages) {
-      for (int i = 0; i < n; ++i) {
-        T acc = 0;
-        JAXEXT_UNROLL_ALL
-        for (int j = 0; j < S; ++j) {
-          if (kA[S][j] != 0) acc += T(kA[S][j]) * k_[j * n + i];
-        }
-        tmp_[i] = y_[i] + acc * h;
-      }
-      return Eval(t + T(kC[S]) * h, tmp_, k_ + S * n);
-    } else {
-      for (int i = 0; i < n; ++i) {
-        T acc = 0;
-        JAXEXT_UNROLL_ALL
-        for (int j = 0; j < kStages; ++j) {
-          if (kB[j] != 0) acc += T(kB[j]) * k_[j * n + i];
-        }
-        y_new_[i] = y_[i] + h * acc;
-      }
-      return Eval(t + h, y_new_, k_ + kStages * n);
-    }
+    T* state = S < kStages ? tmp_ : y_new_;
+    StageState<S>(y_, h_try_, state);
+    return Eval(t_ + T(kC[S]) * h_try_, state, k_ + S * n_);
   }
 
   // Stages S..kStages in order.
@@ -467,23 +443,38 @@ class Integrator {
     return fabs(h) * e5 / sqrt(denom * T(nc_));
   }
 
+  // state = base + h sum_{j < S} a[S][j] K[j]: where stage S evaluates the right-hand side.
+  template <int S>
+  JAXEXT_HD void StageState(const T* base, T h, T* state) const {
+    const int n = n_;
+    for (int i = 0; i < n; ++i) {
+      T acc = 0;
+      JAXEXT_UNROLL_ALL
+      for (int j = 0; j < S; ++j) {
+        if (kA[S][j] != 0) acc += T(kA[S][j]) * k_[j * n + i];
+      }
+      state[i] = base[i] + acc * h;
+    }
+  }
+
+  // The dense output's extra stages S..kExtended-1 of the last accepted step, into K[S..].
+  template <int S>
+  JAXEXT_HD bool DenseStages() {
+    StageState<S>(y_old_, h_, tmp_);
+    if (!Eval(t_old_ + T(kC[S]) * h_, tmp_, k_ + S * n_)) return false;
+    if constexpr (S + 1 < kExtended) {
+      return DenseStages<S + 1>();
+    } else {
+      return true;
+    }
+  }
+
   // The dense output of the last accepted step (3 more stages), once per step.
   JAXEXT_HD_FUNC bool Dense() {
     if (dense_ready_) return true;
     const int n = n_;
     const T h = h_;
-    JAXEXT_UNROLL_ALL
-    for (int s = kStages + 1; s < kExtended; ++s) {
-      for (int i = 0; i < n; ++i) {
-        T acc = 0;
-        JAXEXT_UNROLL_ALL
-        for (int j = 0; j < s; ++j) {
-          if (kA[s][j] != 0) acc += T(kA[s][j]) * k_[j * n + i];
-        }
-        tmp_[i] = y_old_[i] + acc * h;
-      }
-      if (!Eval(t_old_ + T(kC[s]) * h, tmp_, k_ + s * n)) return false;
-    }
+    if (!DenseStages<kStages + 1>()) return false;
     for (int i = 0; i < n; ++i) {
       const T f_old = k_[i], f_new = k_[kStages * n + i];
       const T dy = y_[i] - y_old_[i];
