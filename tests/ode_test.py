@@ -8,6 +8,7 @@ potential, density from the table); closed-form event times. Plus statuses, bad 
 and argument errors.
 """
 
+import math
 import os
 import tempfile
 import warnings
@@ -699,6 +700,144 @@ def test_event_gradients_check_grads_and_unused_slots():
               rtol=1e-3)
 
 
+# Python event functions with their gradients: g = y0 + 0.1 t - 0.3 mu crosses zero several
+# times on the van der Pol limit cycle; it depends on t, y and p, so every gradient term counts.
+def _tilted_gradient(t, y, p, dgdy, dgdp):
+  dgdy[0] = 1.0
+  dgdp[0] = -0.3
+  return 0.1
+
+
+@ode.event(gradient=_tilted_gradient)
+def tilted(t, y, p):
+  return y[0] + 0.1 * t - 0.3 * p[0]
+
+
+tilted_down = ode.event(tilted.fn, terminal=2, direction=-1, gradient=_tilted_gradient,
+                        name="tilted_down")
+
+
+def _scipy_tilted(y, mu, t1, terminal=0, direction=0):
+  g = lambda t, yy: yy[0] + 0.1 * t - 0.3 * mu
+  g.terminal, g.direction = terminal, direction
+  sol = scipy_dop853(van_der_pol_np([mu]), (0.0, t1), y, rtol=1e-13, atol=1e-13, events=[g])
+  return sol.t_events[0], sol.y_events[0], sol.t[-1], sol.y[:, -1]
+
+
+def _fd_columns(fn, y0, mu, h_y=1e-5, h_mu=1e-5):
+  """Central differences of fn(y0, mu) (arrays) over y0's components and mu."""
+  cols = []
+  for k in range(2):
+    e = np.zeros(2)
+    e[k] = h_y
+    cols.append((np.asarray(fn(y0 + e, mu)) - np.asarray(fn(y0 - e, mu))) / (2 * h_y))
+  cols.append((np.asarray(fn(y0, mu + h_mu)) - np.asarray(fn(y0, mu - h_mu))) / (2 * h_mu))
+  return np.stack(cols, -1)
+
+
+def test_python_event_derivatives_against_scipy_finite_differences():
+  y0, mu, t1 = np.array([2.0, 0.0]), 1.2, 14.0
+
+  def run(y, m):
+    sol = ode.dop853(van_der_pol_j, y[None], (0.0, t1), m[None], rtol=1e-12, atol=1e-12,
+                     events=[tilted], event_slots=6)
+    return sol.t_events[0, 0, :4], sol.y_events[0, 0, :4]
+
+  ref_t, _, _, _ = _scipy_tilted(y0, mu, t1)
+  assert ref_t.shape == (4,)
+  t_ev, _ = run(y0, np.array([mu]))
+  np.testing.assert_allclose(np.asarray(t_ev), ref_t, rtol=1e-10)
+  (dt_y0, dt_mu), (dy_y0, dy_mu) = jax.jacobian(run, argnums=(0, 1))(y0, np.array([mu]))
+  ours_t = np.concatenate([np.asarray(dt_y0), np.asarray(dt_mu)], -1)  # (4, 3)
+  ours_y = np.concatenate([np.asarray(dy_y0), np.asarray(dy_mu)], -1)  # (4, 2, 3)
+  fd_t = _fd_columns(lambda y, m: _scipy_tilted(y, m, t1)[0], y0, mu)
+  fd_y = _fd_columns(lambda y, m: _scipy_tilted(y, m, t1)[1], y0, mu)
+  np.testing.assert_allclose(ours_t, fd_t, rtol=1e-5, atol=1e-6 * np.abs(fd_t).max())
+  np.testing.assert_allclose(ours_y, fd_y, rtol=1e-5, atol=1e-6 * np.abs(fd_y).max())
+  # Without the event's own t and p terms the answer is wrong: the test sees them.
+  assert np.abs(fd_t[:, 2]).max() > 1e-2
+
+
+def test_python_terminal_event_derivatives_of_t_final_and_y_final():
+  y0 = np.array([[2.0, 0.0], [0.1, 0.0]])  # the second stops later (a different crossing)
+  mu, t1 = np.array([[1.2], [0.8]]), 20.0
+
+  def final(y, m):
+    sol = ode.dop853(van_der_pol_j, y, (0.0, t1), m, rtol=1e-12, atol=1e-12,
+                     events=[tilted, tilted_down])
+    return sol.t_final, sol.y_final, sol.status
+
+  t_f, _, status = final(y0, mu)
+  np.testing.assert_array_equal(np.asarray(status), [ode.Status.EVENT] * 2)
+  (dtf_y0, dtf_mu), (dyf_y0, dyf_mu) = jax.jacobian(lambda y, m: final(y, m)[:2],
+                                                     argnums=(0, 1))(y0, mu)
+  for b in range(2):
+    ref = lambda y, m: _scipy_tilted(y, m, t1, terminal=2, direction=-1)
+    assert float(t_f[b]) == pytest.approx(ref(y0[b], mu[b, 0])[2], rel=1e-10)
+    fd_t = _fd_columns(lambda y, m: ref(y, m)[2], y0[b], mu[b, 0])
+    fd_y = _fd_columns(lambda y, m: ref(y, m)[3], y0[b], mu[b, 0])
+    ours_t = np.concatenate([np.asarray(dtf_y0)[b, b], np.asarray(dtf_mu)[b, b]], -1)
+    ours_y = np.concatenate([np.asarray(dyf_y0)[b, :, b], np.asarray(dyf_mu)[b, :, b]], -1)
+    np.testing.assert_allclose(ours_t, fd_t, rtol=1e-5, atol=1e-6 * np.abs(fd_t).max())
+    np.testing.assert_allclose(ours_y, fd_y, rtol=1e-5, atol=1e-6 * np.abs(fd_y).max())
+
+
+def test_python_event_gradients_check_grads():
+  te = lambda y, m: ode.dop853(van_der_pol_j, y, (0.0, 9.0), m, rtol=1e-12, atol=1e-12,
+                               events=[tilted], event_slots=6).t_events[:, 0, :2]
+  y0 = np.array([[2.0, 0.0], [1.0, 0.5]])
+  check_grads(te, (y0, np.array([[1.2], [1.0]])), order=1, modes=("fwd", "rev"), atol=1e-5,
+              rtol=1e-5)
+  # Slots never filled (NaN) give zero, finite gradients.
+  loss = lambda y: jnp.sum(jnp.where(jnp.isfinite(t := ode.dop853(
+      van_der_pol_j, y, (0.0, 9.0), [1.2], events=[tilted], event_slots=8).t_events), t, 0) ** 2)
+  g = np.asarray(jax.grad(loss)(y0))
+  assert np.isfinite(g).all() and np.abs(g).max() > 0
+
+
+def _radius_gradient(t, y, p, dgdy, dgdp):
+  r = math.sqrt(y[0] * y[0] + y[1] * y[1] + y[2] * y[2])
+  for i in range(3):
+    dgdy[i] = y[i] / r
+  return 0.0
+
+
+def test_python_event_on_a_built_in_model_equals_the_built_in_event():
+  """g = |r| - R written in Python (with its gradient) and the built-in radius event give the
+  same derivatives; and a Python right-hand side (two-body with its Jacobian) with the built-in
+  event gives the built-in model's."""
+  model = models.two_body()
+  radius = ode.event(lambda t, y, p: math.sqrt(y[0] ** 2 + y[1] ** 2 + y[2] ** 2) - _CROSS_R,
+                     gradient=_radius_gradient, name="radius")
+  built_in = models.radius_event(_CROSS_R)
+
+  def two_body(t, y, p, dydt):
+    r3 = math.sqrt(y[0] * y[0] + y[1] * y[1] + y[2] * y[2]) ** 3
+    for i in range(3):
+      dydt[i] = y[3 + i]
+      dydt[3 + i] = -MU * y[i] / r3
+
+  def two_body_jacobian(t, y, p, dfdy, dfdp):
+    r2 = y[0] * y[0] + y[1] * y[1] + y[2] * y[2]
+    r = math.sqrt(r2)
+    for i in range(3):
+      dfdy[i, 3 + i] = 1.0
+      for j in range(3):
+        dfdy[3 + i, j] = MU * (3.0 * y[i] * y[j] / r2 - (1.0 if i == j else 0.0)) / (r2 * r)
+
+  python_rhs = ode.rhs(two_body, jacobian=two_body_jacobian)
+
+  def crossing(rhs, event):
+    return lambda y: ode.dop853(rhs, y[None], (0.0, 9000.0), rtol=1e-12, atol=1e-12,
+                                events=[event], event_slots=3).t_events[0, 0]
+
+  reference = np.asarray(jax.jacobian(crossing(model, built_in))(_CROSSING))
+  assert np.isfinite(reference).all() and np.abs(reference).max() > 0
+  for rhs, event in ((model, radius), (python_rhs, built_in), (python_rhs, radius)):
+    got = np.asarray(jax.jacobian(crossing(rhs, event))(_CROSSING))
+    np.testing.assert_allclose(got, reference, rtol=1e-7, atol=1e-9 * np.abs(reference).max())
+
+
 def test_differentiating_leaves_the_solution_unchanged():
   y0 = np.array([[2.0, 0.0], [0.5, -0.3]])
   mu = np.array([[1.0], [2.5]])
@@ -770,13 +909,16 @@ def test_gradient_errors():
   with pytest.raises(ValueError, match="Jacobian"):
     jax.grad(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0]).y_final.sum())(
         np.array([[1.0, 0.0]]))
-  with pytest.raises(NotImplementedError, match="events"):  # Python functions with events
+  with pytest.raises(ValueError, match="gradient=") as err:  # a Python event needs its gradient
     jax.grad(lambda y: ode.dop853(van_der_pol_j, y, (0.0, 1.0), [1.0],
                                   events=[crosses_zero]).y_final.sum())(np.array([[1.0, 0.0]]))
-  with pytest.raises(NotImplementedError, match="events"):  # a Python event on a built-in model
+  assert "crosses_zero" in str(err.value)
+  with pytest.raises(ValueError, match="gradient="):  # also on a built-in model
     jax.grad(lambda y: ode.dop853(models.two_body(), y, (0.0, 100.0),
                                   events=[ode.event(lambda t, y, p: y[2])]).y_final.sum())(
         _CROSSING[None])
+  with pytest.raises(TypeError, match="gradient"):
+    ode.event(lambda t, y, p: y[0], gradient=1.0)
   with pytest.raises(NotImplementedError, match="t_span"):
     jax.grad(lambda t: ode.dop853(van_der_pol_j, np.array([[1.0, 0.0]]), (0.0, t),
                                   [1.0]).y_final.sum())(1.0)
@@ -850,4 +992,9 @@ def test_cuda_lowering():
                       y0, b)
   assert "sensitivities = 1" in grad
   assert 'device_code = ""' in text  # built-in models link nothing
+  # Derivatives through Python events are CPU-only for now: refused with a clear error.
+  with pytest.raises(NotImplementedError, match="CPU only"):
+    _export_cuda(jax.grad(lambda y: ode.dop853(van_der_pol_j, y, (0.0, 1.0), [1.0],
+                                               events=[tilted]).y_final.sum()),
+                 np.array([[1.0, 0.0]]))
   # Python right-hand sides on CUDA: tests/ode_cuda_test.py (it has the toolkit numba-cuda needs).

@@ -120,10 +120,11 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
   params, through the variational equations integrated with the state on the state's own steps
   (the error is controlled on the state; the solution is bitwise the same as without derivatives).
   Built-in models use their exact Jacobians (dual numbers through the same C++ model); a Python
-  right-hand side needs `@jaxext.ode.rhs(jacobian=...)`. With events (built-in models and
-  radius/altitude events): t_events, y_events, and t_final / y_final of trajectories a terminal
-  event stopped too (an event time moves by -(r/|r| . dr) / (r/|r| . v): infinite where the orbit
-  grazes the sphere, r . v = 0). Not yet: Python event functions or right-hand sides with events,
+  right-hand side needs `@jaxext.ode.rhs(jacobian=...)`. With events: t_events, y_events, and
+  t_final / y_final of trajectories a terminal event stopped too; an event time moves by
+  -(g_y . dy + g_p . dp) / (g_t + g_y . f), infinite where the trajectory grazes the event surface
+  (for a radius event, r . v = 0). Built-in events know their gradient; a Python event needs
+  `@jaxext.ode.event(gradient=...)`; with Python functions, on the CPU only for now. Not yet:
   derivatives with respect to t_span or t_eval, second derivatives.
 
   Raises:
@@ -260,7 +261,7 @@ class UserFunctions:
     self.events = events
     from jaxext.numba_bridge import compile_cpu  # importable: _native_module() succeeded
     fns = (None if rhs is None else (rhs.fn, rhs.jacobian),
-           tuple((i, e.fn) for i, e in enumerate(events) if e.fn is not None))
+           tuple((i, e.fn, e.gradient) for i, e in enumerate(events) if e.fn is not None))
     self.key = compile_cpu.content_id(fns, ("ode-user", len(events)), ()) or 1
 
   def __eq__(self, other):
@@ -405,6 +406,11 @@ def _lowering(ctx, y0, params, t_span, t_eval, *, platform, user, name, model, r
   p = params.type.shape[1]
   dtype = ctx.avals_in[0].dtype
   if platform != "cpu":  # CUDA: one thread per trajectory
+    if sensitivities and events and user is not None:
+      raise NotImplementedError(
+          f"jaxext.ode.dop853 '{name}': derivatives through events with a Python right-hand side "
+          "or Python event functions run on the CPU only for now (on CUDA: a built-in model and "
+          "radius/altitude events)")
     if user is None and sensitivities and p > 2:
       raise NotImplementedError("jaxext.ode.dop853: derivatives of the built-in models on CUDA "
                                 "take at most 2 parameter columns")
@@ -483,11 +489,11 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
   if not (compat.is_zero_tangent(dspan) and compat.is_zero_tangent(dte)):
     raise NotImplementedError("jaxext.ode.dop853: derivatives with respect to t_span or t_eval are "
                               "not available (only y0 and params)")
-  if events and (user is not None or any(kind != 0 for kind, *_ in events)):
-    raise NotImplementedError(
-        "jaxext.ode.dop853: derivatives of runs with events need a built-in model and built-in "
-        "radius/altitude events (their event times' derivatives use the model's right-hand side "
-        "and the event's gradient); not yet for Python right-hand sides or event functions")
+  if events and user is not None:
+    for e in user.events:
+      if e.fn is not None and e.gradient is None:
+        raise ValueError(f"jaxext.ode.dop853: derivatives through the event '{e.name}' need its "
+                         "gradient: define it with @jaxext.ode.event(gradient=...)")
   if user is not None and user.rhs is not None and user.rhs.jacobian is None:
     raise ValueError(f"jaxext.ode.dop853: derivatives need the Jacobian of the right-hand side "
                      f"'{params['name']}': define it with @jaxext.ode.rhs(jacobian=...)")
@@ -508,35 +514,104 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
   d_t_final, d_t_events, d_y_events = (jnp.zeros_like(t_final), jnp.zeros_like(t_events),
                                        jnp.zeros_like(y_events))
   if events:
-    # Every event is g = |r| - R (built-in): at a root, g(y(t_e; z)) = 0 gives
-    #   dt_e = -(r/|r| . dr/dz dz) / (r/|r| . v)   (the same for every radius R),
-    # and the state there moves by S dz + f dt_e (f: the model's right-hand side).
-    def at_root(y_aug, p_rows, valid):
-      y, s = y_aug[..., :n], y_aug[..., n:].reshape(y_aug.shape[:-1] + (n, cols))
-      ok = valid & jnp.isfinite(y).all(-1)
-      # Unused rows (NaN) get a harmless stand-in state, |r| twice the body's radius and r . v
-      # nonzero, so that nothing non-finite enters the (masked) tangents or their transposes.
-      big = 2 * float(params["model"][1])
-      y = jnp.where(ok[..., None], y, jnp.asarray([big, 0, 0, 1, 1, 0], y.dtype))
-      s = jnp.where(ok[..., None, None], s, 0)
-      r = y[..., :3]
-      dr = jnp.einsum("...ij,...j->...i", s[..., :3, :], _expand_as(dz, s))
-      dt = -jnp.sum(r * dr, -1) / jnp.sum(r * y[..., 3:6], -1)
-      f = models.rhs_from_constants(params["model"], y, p_rows)
-      dy = jnp.einsum("...ij,...j->...i", s, _expand_as(dz, s)) + f * dt[..., None]
-      return jnp.where(ok, dt, 0), jnp.where(ok[..., None], dy, 0)
-
-    pe = p[:, None, None, :]
-    d_t_events, d_y_events = at_root(y_events_aug, jnp.broadcast_to(
-        pe, y_events_aug.shape[:-1] + p.shape[1:]), jnp.isfinite(t_events))
-    stopped = stats[:, 0] == Status.EVENT  # t_final is a terminal event's time
-    dt_f, dy_f = at_root(y_final_aug, p, stopped)
-    d_t_final = dt_f
-    d_final = jnp.where(stopped[:, None], dy_f, d_final)
+    d_t_events, d_y_events, d_t_final, d_final = _event_tangents(
+        events, user, params["model"], params["name"], p, dz, t_events, y_events_aug, t_final,
+        y_final_aug, stats[:, 0], counts, d_final)
   float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
   primal_out = (ys, t_final, y_final, stats, t_events, y_events, counts)
   tangent_out = (d_ys, d_t_final, d_final, float0(stats), d_t_events, d_y_events, float0(counts))
   return primal_out, tangent_out
+
+
+def _event_tangents(events, user, model, name, p, dz, t_events, y_events_aug, t_final,
+                    y_final_aug, status, counts, d_final):
+  """Tangents of the event times and states, and of t_final / y_final where a terminal event
+  stopped the trajectory. At a root of g, g(t_e, y(t_e; z), p) = 0 gives
+
+      dt_e = -(g_y . S dz + g_p . dp) / (g_t + g_y . f),   dy_e = S dz + f dt_e
+
+  (S = dy/dz from the variational equations, f the right-hand side at the event): infinite where
+  the trajectory grazes the event surface, g_t + g_y . f = 0. g's gradient is known for built-in
+  events (g = |r| - R: g_y = (r/|r|, 0)); a Python event brings its own; f is the built-in model's
+  (models.rhs_from_constants) or the Python right-hand side's (Numba, jaxext/ode/_rows.py)."""
+  count, n_events, slots = t_events.shape
+  cols = dz.shape[1]
+  n = y_final_aug.shape[-1] // (1 + cols)  # the augmented state is n + n * cols
+  dtype = t_events.dtype
+
+  # Rows: every event slot (N, E, K), then y_final once per event (N, E); flattened to M rows.
+  rows_t = jnp.concatenate([t_events.reshape(count, -1),
+                            jnp.broadcast_to(t_final[:, None], (count, n_events))], axis=1)
+  rows_y = jnp.concatenate([y_events_aug.reshape(count, n_events * slots, -1),
+                            jnp.broadcast_to(y_final_aug[:, None], (count, n_events,
+                                                                    y_final_aug.shape[-1]))],
+                           axis=1)
+  # The stopping event of each trajectory stopped by one: the terminal event whose count reached
+  # its terminal count (the integrator stops at the first occurrence that does so).
+  max_count = np.asarray([e[4] for e in events])
+  stopper = (max_count > 0) & (counts >= max_count)  # (N, E)
+  stopped = (status == Status.EVENT) & stopper.any(1)
+  stopper = stopper & (jnp.cumsum(stopper, axis=1) == 1)
+  valid = jnp.concatenate([jnp.isfinite(t_events).reshape(count, -1),
+                           stopper & stopped[:, None]], axis=1)
+  y, s = rows_y[..., :n], rows_y[..., n:].reshape(rows_y.shape[:-1] + (n, cols))
+  valid = valid & jnp.isfinite(rows_t) & jnp.isfinite(y).all(-1)
+  s = jnp.where(valid[..., None, None], s, 0)
+  sdz = jnp.einsum("nmij,nj->nmi", s, dz)
+  p_rows = jnp.broadcast_to(p[:, None, :], rows_t.shape + p.shape[1:])
+  event_of_row = np.concatenate([np.repeat(np.arange(n_events), slots), np.arange(n_events)])
+  flat = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
+  unflat = lambda x: x.reshape(rows_t.shape + x.shape[1:])
+  t_nan = jnp.where(valid, rows_t, jnp.nan)
+
+  # f at every row.
+  if user is None or user.rhs is None:
+    # Unused rows get a harmless stand-in state (|r| twice the body's radius, r . v nonzero) so
+    # that the built-in model's formulas stay finite there.
+    big = 2 * float(model[1])
+    y_model = jnp.where(valid[..., None], y, jnp.asarray([big, 0, 0, 1, 1, 0], dtype))
+    f = models.rhs_from_constants(model, y_model, p_rows)
+  else:
+    from jaxext.ode import _rows
+    f = unflat(_rows.rhs(user.rhs.fn, user.rhs.name, flat(t_nan), flat(y), flat(p_rows)))
+
+  # g's gradient at every row, event by event.
+  g_t = jnp.zeros(rows_t.shape, dtype)
+  g_y = jnp.zeros(y.shape, dtype)
+  g_p = jnp.zeros(p_rows.shape, dtype)
+  for e, (kind, *_rest) in enumerate(events):
+    mine = event_of_row == e
+    if kind == 0:  # built-in: g = |r| - R
+      r = y[..., :3]
+      norm = jnp.sqrt(jnp.sum(r * r, -1, keepdims=True))
+      unit = jnp.where(valid[..., None] & (norm > 0), r / jnp.where(norm > 0, norm, 1), 0)
+      gy_e = jnp.concatenate([unit, jnp.zeros(y.shape[:-1] + (n - 3,), dtype)], -1)
+      g_y = jnp.where(mine[None, :, None], gy_e, g_y)
+    else:
+      from jaxext.ode import _rows
+      ev = user.events[e]
+      idx = np.flatnonzero(mine)
+      gt_e, gy_e, gp_e = _rows.event_gradient(
+          ev.gradient, ev.name, flat(t_nan[:, idx]), flat(y[:, idx]), flat(p_rows[:, idx]))
+      g_t = g_t.at[:, idx].set(gt_e.reshape(count, idx.size))
+      g_y = g_y.at[:, idx].set(gy_e.reshape(count, idx.size, n))
+      g_p = g_p.at[:, idx].set(gp_e.reshape(count, idx.size, -1))
+
+  # Coefficients are primal values: masked to finite numbers on unused rows, so that neither the
+  # tangents nor their transposes see a NaN there.
+  f = jnp.where(valid[..., None], f, 0)
+  den = g_t + jnp.sum(g_y * f, -1)
+  den = jnp.where(valid, den, 1)
+  num = jnp.sum(g_y * sdz, -1) + jnp.einsum("nmq,nq->nm", g_p, dz[:, n:])
+  dt = jnp.where(valid, -num / den, 0)
+  dy = jnp.where(valid[..., None], sdz + f * dt[..., None], 0)
+
+  k = n_events * slots
+  d_t_events = dt[:, :k].reshape(t_events.shape)
+  d_y_events = dy[:, :k].reshape(t_events.shape + (n,))
+  d_t_final = jnp.sum(dt[:, k:], axis=1)  # at most one stopping event per trajectory
+  d_final = jnp.where(stopped[:, None], jnp.sum(dy[:, k:], axis=1), d_final)
+  return d_t_events, d_y_events, d_t_final, d_final
 
 
 def _expand_as(dz, s):

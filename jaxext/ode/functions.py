@@ -9,6 +9,16 @@
     def hits_zero(t, y, p):                # a float whose sign changes mark the event
         return y[0]
 
+Derivatives of the solution through a Python event need the event's gradient:
+
+    def crossing_gradient(t, y, p, dgdy, dgdp):  # write dg/dy, dg/dp (zeroed before the call)
+        dgdy[0] = 1.0
+        return 0.0                                # and return dg/dt
+
+    @jaxext.ode.event(direction=-1, gradient=crossing_gradient)
+    def crossing(t, y, p):
+        return y[0]
+
 They are compiled by Numba (the bridge of jaxext.numba_kernel) into native functions the integrator
 calls directly, with no Python in the loop: they must be Numba-compatible (nopython mode). A plain
 function is accepted too (compiled the same way); an event function may carry scipy's attributes
@@ -56,18 +66,26 @@ class Event:
   terminal: False (record every occurrence), True (stop at the first) or an int k >= 1 (stop at the
     k-th occurrence), as in scipy.
   direction: 0 (any sign change), 1 (g goes from negative to positive), -1 (positive to negative).
+  gradient: None, or `gradient(t, y, p, dgdy, dgdp) -> dg/dt` writing dg/dy into dgdy (d,) and
+    dg/dp into dgdp (p,) (both zeroed before the call) and returning dg/dt (0.0 for an event that
+    does not depend on t). Derivatives of the solution through this event need it: the event time
+    moves by dt = -(dg/dy . dy + dg/dp . dp) / (dg/dt + dg/dy . f).
   A built-in event (`radius` set, `fn` None) is g = |y[0:3]| - radius, evaluated in C++ (see
-  jaxext.ode.models.altitude_event); it needs no Numba.
+  jaxext.ode.models.altitude_event); it needs no Numba, and its gradient is known.
   """
   fn: Callable | None
   terminal: bool | int = False
   direction: int = 0
   radius: float | None = None
   name: str = "event"
+  gradient: Callable | None = None
 
   def __post_init__(self):
     if (self.fn is None) == (self.radius is None):
       raise ValueError("an Event has either a function or a built-in radius")
+    if self.gradient is not None and (self.fn is None or not callable(self.gradient)):
+      raise ValueError("an Event's gradient must be a function, and only a Python event takes "
+                       "one (built-in events know theirs)")
     if self.direction not in (-1, 0, 1):
       raise ValueError(f"event direction must be -1, 0 or 1; got {self.direction!r}")
     t = self.terminal
@@ -86,13 +104,22 @@ class Event:
     return int(self.terminal)
 
 
-def event(fn=None, *, terminal: bool | int = False, direction: int = 0, name: str | None = None):
-  """Decorator: a Python event function `fn(t, y, p) -> float` for jaxext.ode.dop853."""
+def event(fn=None, *, terminal: bool | int = False, direction: int = 0, name: str | None = None,
+          gradient: Callable | None = None):
+  """Decorator: a Python event function `fn(t, y, p) -> float` for jaxext.ode.dop853.
+
+  gradient: `gradient(t, y, p, dgdy, dgdp) -> dg/dt` (see `Event`); needed for derivatives of
+    the solution through the event.
+  """
+  if gradient is not None and not callable(gradient):
+    raise TypeError(f"jaxext.ode.event: gradient must be a function; "
+                    f"got {type(gradient).__name__}")
+
   def wrap(f):
     if not callable(f):
       raise TypeError(f"jaxext.ode.event decorates a function; got {type(f).__name__}")
     return Event(fn=f, terminal=terminal, direction=direction,
-                 name=name or getattr(f, "__name__", "event"))
+                 name=name or getattr(f, "__name__", "event"), gradient=gradient)
   return wrap if fn is None else wrap(fn)
 
 
@@ -104,7 +131,8 @@ def as_event(e, index: int) -> Event:
     try:
       return Event(fn=e, terminal=getattr(e, "terminal", False),
                    direction=int(np.sign(getattr(e, "direction", 0))),  # scipy: its sign
-                   name=getattr(e, "__name__", f"event {index}"))
+                   name=getattr(e, "__name__", f"event {index}"),
+                   gradient=getattr(e, "gradient", None))
     except ValueError as err:
       raise ValueError(f"events[{index}]: {err}") from None
   raise TypeError(f"events[{index}] must be a jaxext.ode.Event or a function g(t, y, p); "
