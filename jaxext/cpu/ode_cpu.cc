@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "jaxext/cpu/clones.h"
@@ -14,6 +15,7 @@
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/common/dop853_binding.h"
 #include "jaxext/kernels/dop853.h"
+#include "jaxext/kernels/lanes.h"
 #include "jaxext/kernels/orbit.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -28,6 +30,56 @@ using NativeRhs = void (*)(T, const T*, const T*, T*, int32_t*);
 template <typename T>
 using NativeEvent = T (*)(T, const T*, const T*, int32_t*);
 
+// Trajectories integrated side by side per thread (RunLanes), and the SIMD width of the built-in
+// models' evaluation across them.
+constexpr int kLanes = 8;
+
+// Element i of each of the rows as the lanes of one vector, built in registers (storing the lanes
+// and loading them as one vector would stall on store-to-load forwarding).
+template <typename V, typename T, int... l>
+inline __attribute__((always_inline)) V GatherLanes(const T* const* rows, int i,
+                                                    std::integer_sequence<int, l...>) {
+  return V::Of(typename V::V{rows[l][i]...});
+}
+
+// The built-in model at up to kLanes stage points (one per trajectory; p: their parameters) as
+// SIMD lanes (jaxext/kernels/lanes.h): states gathered, one vector evaluation, derivatives
+// scattered. Each lane rounds as the scalar model does (the library is built with
+// -ffp-contract=off), so results do not depend on which lane a trajectory runs in, or on the CPU.
+template <typename T>
+inline __attribute__((always_inline)) void ModelLanes(const orbit::Model<T>& model, int count,
+                                                      const dop853::StagePoint<T>* points,
+                                                      const T* const* p) {
+  using V = Lanes<T, kLanes>;
+  constexpr int n = orbit::kStateSize;
+  const T* y_of[kLanes];
+  const T* p_of[kLanes];
+  const T zero = T(0);
+  for (int l = 0; l < kLanes; ++l) {
+    const int from = l < count ? l : 0;  // idle lanes repeat the first point
+    y_of[l] = points[from].y;
+    p_of[l] = model.drag ? p[from] : &zero;
+  }
+  V y[n], params[1], f[n];
+  for (int i = 0; i < n; ++i) y[i] = GatherLanes<V>(y_of, i, std::make_integer_sequence<int, kLanes>());
+  params[0] = GatherLanes<V>(p_of, 0, std::make_integer_sequence<int, kLanes>());
+  model(T(0), y, params, f);
+  for (int i = 0; i < n; ++i) {
+    for (int l = 0; l < count; ++l) points[l].f[i] = f[i][l];
+  }
+}
+JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void ModelLanesF32(const orbit::Model<float>& model, int count,
+                                                        const dop853::StagePoint<float>* points,
+                                                        const float* const* p) {
+  ModelLanes(model, count, points, p);
+}
+JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void ModelLanesF64(const orbit::Model<double>& model,
+                                                        int count,
+                                                        const dop853::StagePoint<double>* points,
+                                                        const double* const* p) {
+  ModelLanes(model, count, points, p);
+}
+
 template <typename T>
 struct ModelRhs {
   const orbit::Model<T>* model;
@@ -37,7 +89,24 @@ struct ModelRhs {
     (*model)(t, y, p, dydt);
     return true;
   }
+  // The stage points of `count` (<= kLanes) lanes at once; rhs[l]: lane l's right-hand side.
+  static void EvalLanes(int count, const ModelRhs* const* rhs,
+                        const dop853::StagePoint<T>* points) {
+    const T* p[kLanes];
+    for (int l = 0; l < count; ++l) p[l] = rhs[l]->p;
+    if constexpr (std::is_same_v<T, float>) {
+      ModelLanesF32(*rhs[0]->model, count, points, p);
+    } else {
+      ModelLanesF64(*rhs[0]->model, count, points, p);
+    }
+  }
 };
+
+// Right-hand sides that evaluate several lanes' stages at once (ModelRhs::EvalLanes).
+template <typename Rhs, typename = void>
+struct EvaluatesLanes : std::false_type {};
+template <typename Rhs>
+struct EvaluatesLanes<Rhs, std::void_t<decltype(&Rhs::EvalLanes)>> : std::true_type {};
 
 template <typename T>
 struct UserRhs {
@@ -138,11 +207,11 @@ struct Attrs {
   int64_t jac_id, sensitivities;
 };
 
-// Trajectories integrated side by side per thread: their stages alternate, so that the
+// Trajectories integrated side by side per thread (kLanes): their stages alternate, so that the
 // out-of-order core overlaps one trajectory's dependency chain (each stage needs the previous
-// one's right-hand side: square roots, divisions, exp) with the others'. Each trajectory still
-// takes its own steps, with the same arithmetic as alone: results do not depend on the lanes.
-constexpr int kLanes = 4;
+// one's right-hand side: square roots, divisions, exp) with the others', and the built-in models
+// evaluate every lane's stage as one SIMD operation (EvalLanes). Each trajectory still takes its
+// own steps, with the same arithmetic as alone: results do not depend on the lanes.
 
 // Integrates trajectories j = (*next)++ while j < count, up to max_lanes (<= kLanes) at a time. `make_rhs(p, scratch)` gives
 // trajectory j's right-hand side (p: its parameters; scratch: 2 n^2 + 2 n np elements it may
@@ -157,7 +226,9 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
                     const T* t_eval, T* ys, T* t_final, T* y_final, int32_t* stats, T* t_events,
                     T* y_events, int32_t* counts) {
   using Rhs = decltype(make_rhs(params, static_cast<T*>(nullptr)));
-  using Integrator = dop853::Integrator<T, Rhs, EventSet<T>>;
+  // The built-in models (lanes evaluated at once) integrate 6 components: known at compile time.
+  constexpr int kStaticN = EvaluatesLanes<Rhs>::value ? orbit::kStateSize : 0;
+  using Integrator = dop853::Integrator<T, Rhs, EventSet<T>, kStaticN>;
   constexpr int32_t kRunning = Integrator::kRunning;
   const int64_t n_events = events_proto.count;
   std::vector<T> tol(2 * n);
@@ -240,10 +311,22 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
   // Stages S..kStages of every busy lane, lane after lane within each stage.
   auto stages = [&](auto self, auto stage) -> int64_t {
     constexpr int S = decltype(stage)::value;
-    for (int k = 0; k < lanes; ++k) {
-      if (lane[k].j >= 0 && !integrators[k].template Stage<S>()) {
-        integrators[k].Fail(lane[k].out);
-        return lane[k].j;
+    if constexpr (EvaluatesLanes<Rhs>::value) {
+      dop853::StagePoint<T> points[kLanes];
+      const Rhs* rhs[kLanes];
+      int busy = 0;
+      for (int k = 0; k < lanes; ++k) {
+        if (lane[k].j < 0) continue;
+        points[busy] = integrators[k].template PrepareStage<S>();
+        rhs[busy++] = &lane[k].rhs;
+      }
+      if (busy > 0) Rhs::EvalLanes(busy, rhs, points);
+    } else {
+      for (int k = 0; k < lanes; ++k) {
+        if (lane[k].j >= 0 && !integrators[k].template Stage<S>()) {
+          integrators[k].Fail(lane[k].out);
+          return lane[k].j;
+        }
       }
     }
     if constexpr (S < dop853::kStages) {
@@ -268,6 +351,28 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
   }
   return ffi::Error::Success();
 }
+
+// The built-in models' lanes (ModelRhs), compiled per CPU (clones.h) so that the integrator's
+// loops over the 6 components use the widest vectors; the same arithmetic in every clone
+// (-ffp-contract=off: no fused multiply-adds), so results do not depend on the CPU.
+template <typename T>
+struct MakeModelRhs {
+  const orbit::Model<T>* model;
+  ModelRhs<T> operator()(const T* p, T*) const { return ModelRhs<T>{model, p}; }
+};
+#define JAXEXT_MODEL_LANES(T, NAME)                                                               \
+  JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN ffi::Error NAME(                                           \
+      std::atomic<int64_t>* next, int64_t count, int64_t max_lanes, const Attrs& a,               \
+      MakeModelRhs<T> make_rhs, const EventSet<T>& events, int64_t n, int64_t np, int64_t n_aug,  \
+      int64_t m, int64_t kslots, const T* y0, const T* params, const T* span, const T* t_eval,    \
+      T* ys, T* t_final, T* y_final, int32_t* stats, T* t_events, T* y_events, int32_t* counts) { \
+    return RunLanes<T>(next, count, max_lanes, a, make_rhs, events, n, np, n_aug, m, kslots, y0,  \
+                       params, span, t_eval, ys, t_final, y_final, stats, t_events, y_events,     \
+                       counts);                                                                   \
+  }
+JAXEXT_MODEL_LANES(float, RunModelLanesF32)
+JAXEXT_MODEL_LANES(double, RunModelLanesF64)
+#undef JAXEXT_MODEL_LANES
 
 template <typename T>
 ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer params,
@@ -366,7 +471,17 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
     };
     const orbit::Model<T>* mp = &model;
     if (!sensitivities) {
-      if (user == nullptr) return run([mp](const T* p, T*) { return ModelRhs<T>{mp, p}; });
+      if (user == nullptr) {
+        if constexpr (std::is_same_v<T, float>) {
+          return RunModelLanesF32(next.get(), count, max_lanes, a, MakeModelRhs<T>{mp}, events, n,
+                                  np, n_aug, m, kslots, y0p, pp, sp, tp, ysp, tfp, yfp, stp, tep,
+                                  yep, cp);
+        } else {
+          return RunModelLanesF64(next.get(), count, max_lanes, a, MakeModelRhs<T>{mp}, events, n,
+                                  np, n_aug, m, kslots, y0p, pp, sp, tp, ysp, tfp, yfp, stp, tep,
+                                  yep, cp);
+        }
+      }
       return run([user](const T* p, T*) { return UserRhs<T>{user, p}; });
     }
     if (user == nullptr) {

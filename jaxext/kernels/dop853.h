@@ -191,11 +191,21 @@ JAXEXT_HD_FUNC void Sensitivities(int64_t n, int64_t np, const T* dfdy, const T*
   }
 }
 
+// Where a stage evaluates the right-hand side: f(t, y) goes to f (Integrator::PrepareStage).
+template <typename T>
+struct StagePoint {
+  T t;
+  const T* y;
+  T* f;
+};
+
 // Integrates one trajectory. Rhs: `bool rhs(T t, const T* y, T* dydt)` (false: it failed).
 // Events: `int size()`, `int direction(int e)` (-1, 0, 1), `int64_t max_count(int e)` (terminal
 // after that many occurrences; 0: never), `bool value(int e, T t, const T* y, T* g)`.
 // The error is controlled on the first n_control components of the state (n_control <= n).
-template <typename T, typename Rhs, typename Events>
+// kStaticN > 0: the state size is known at compile time (n = n_control = kStaticN), so that the
+// loops over components unroll (the CPU handler's built-in models).
+template <typename T, typename Rhs, typename Events, int kStaticN = 0>
 class Integrator {
  public:
   JAXEXT_HD_FUNC Integrator(Rhs& rhs, Events& events, int n, int n_control,
@@ -236,7 +246,7 @@ class Integrator {
   // Everything before the first step: f(t0, y0), the events' first values, the initial step.
   JAXEXT_HD_FUNC int32_t Begin(T t0, T t1, const T* y0, bool inputs_finite,
                                const Outputs<T>& out) {
-    const int n = n_;
+    const int n = N();
     const int n_events = events_.size();
     for (int64_t i = 0; i < out.n_eval * n; ++i) out.ys[i] = Nan<T>();
     for (int64_t i = 0; i < n_events * out.event_slots; ++i) out.t_events[i] = Nan<T>();
@@ -256,7 +266,7 @@ class Integrator {
     const T dir = t1 >= t0 ? T(1) : T(-1);
     dir_ = dir;
     if (!Eval(t0, y_, k_)) return Finish(kCallbackFailed, out);
-    for (int i = 0; i < nc_; ++i) {  // the state's own derivative (not sensitivities)
+    for (int i = 0; i < NC(); ++i) {  // the state's own derivative (not sensitivities)
       if (!Finite(k_[i])) return Finish(kNonFinite, out);
     }
     ie_ = 0;  // next t_eval point
@@ -306,9 +316,19 @@ class Integrator {
   // f(t, y). False: the right-hand side failed (then Fail).
   template <int S>
   JAXEXT_HD bool Stage() {
+    const StagePoint<T> point = PrepareStage<S>();
+    return rhs_(point.t, point.y, point.f);
+  }
+
+  // Stage S up to its right-hand side evaluation, which the caller makes: f(point.t, point.y)
+  // into point.f (counted as one evaluation). For a caller that evaluates several integrators'
+  // stages at once (the CPU handler's SIMD lanes).
+  template <int S>
+  JAXEXT_HD StagePoint<T> PrepareStage() {
     T* state = S < kStages ? tmp_ : y_new_;
     StageState<S>(y_, h_try_, state);
-    return Eval(t_ + T(kC[S]) * h_try_, state, k_ + S * n_);
+    ++nfev_;
+    return StagePoint<T>{t_ + T(kC[S]) * h_try_, state, k_ + S * N()};
   }
 
   // Stages S..kStages in order.
@@ -343,7 +363,7 @@ class Integrator {
     if (rejected_ && factor > T(1)) factor = T(1);
     ha_ *= factor;
 
-    const int n = n_;
+    const int n = N();
     ++accepted_;
     t_old_ = t_;
     t_ = t_new_;
@@ -376,19 +396,22 @@ class Integrator {
   JAXEXT_HD_FUNC int32_t Fail(const Outputs<T>& out) { return Finish(kCallbackFailed, out); }
 
  private:
+  JAXEXT_HD int N() const { return kStaticN > 0 ? kStaticN : n_; }
+  JAXEXT_HD int NC() const { return kStaticN > 0 ? kStaticN : nc_; }
+
   JAXEXT_HD bool Eval(T t, const T* y, T* f) {
     ++nfev_;
     return rhs_(t, y, f);
   }
 
-  JAXEXT_HD T Rms(T sum_squares) const { return sqrt(sum_squares / T(nc_)); }
+  JAXEXT_HD T Rms(T sum_squares) const { return sqrt(sum_squares / T(NC())); }
 
   // scipy's select_initial_step for an error estimator of order 7 (K[0] holds f(t0, y0)).
   JAXEXT_HD_FUNC bool InitialStep(T t0, T t1, T* h_abs) {
-    const int n = n_;
+    const int n = N();
     const T interval = fabs(t1 - t0);
     T s0 = 0, s1 = 0;
-    for (int i = 0; i < nc_; ++i) {
+    for (int i = 0; i < NC(); ++i) {
       const T scale = s_.atol[i] + fabs(y_[i]) * s_.rtol[i];
       s0 += (y_[i] / scale) * (y_[i] / scale);
       s1 += (k_[i] / scale) * (k_[i] / scale);
@@ -400,7 +423,7 @@ class Integrator {
     T* f1 = k_ + n;  // stage 1 is free until the first step
     if (!Eval(t0 + h0 * dir_, tmp_, f1)) return false;
     T s2 = 0;
-    for (int i = 0; i < nc_; ++i) {
+    for (int i = 0; i < NC(); ++i) {
       const T scale = s_.atol[i] + fabs(y_[i]) * s_.rtol[i];
       const T q = (f1[i] - k_[i]) / scale;
       s2 += q * q;
@@ -422,9 +445,9 @@ class Integrator {
 
   // scipy's DOP853._estimate_error_norm.
   JAXEXT_HD_FUNC T ErrorNorm(T h) const {
-    const int n = n_;
+    const int n = N();
     T e5 = 0, e3 = 0;
-    for (int i = 0; i < nc_; ++i) {
+    for (int i = 0; i < NC(); ++i) {
       const T a = fabs(y_[i]), b = fabs(y_new_[i]);
       const T scale = s_.atol[i] + (a > b ? a : b) * s_.rtol[i];
       T s5 = 0, s3 = 0;
@@ -440,13 +463,13 @@ class Integrator {
     }
     if (e5 == T(0) && e3 == T(0)) return T(0);
     const T denom = e5 + T(0.01) * e3;
-    return fabs(h) * e5 / sqrt(denom * T(nc_));
+    return fabs(h) * e5 / sqrt(denom * T(NC()));
   }
 
   // state = base + h sum_{j < S} a[S][j] K[j]: where stage S evaluates the right-hand side.
   template <int S>
   JAXEXT_HD void StageState(const T* base, T h, T* state) const {
-    const int n = n_;
+    const int n = N();
     for (int i = 0; i < n; ++i) {
       T acc = 0;
       JAXEXT_UNROLL_ALL
@@ -461,7 +484,7 @@ class Integrator {
   template <int S>
   JAXEXT_HD bool DenseStages() {
     StageState<S>(y_old_, h_, tmp_);
-    if (!Eval(t_old_ + T(kC[S]) * h_, tmp_, k_ + S * n_)) return false;
+    if (!Eval(t_old_ + T(kC[S]) * h_, tmp_, k_ + S * N())) return false;
     if constexpr (S + 1 < kExtended) {
       return DenseStages<S + 1>();
     } else {
@@ -472,7 +495,7 @@ class Integrator {
   // The dense output of the last accepted step (3 more stages), once per step.
   JAXEXT_HD_FUNC bool Dense() {
     if (dense_ready_) return true;
-    const int n = n_;
+    const int n = N();
     const T h = h_;
     if (!DenseStages<kStages + 1>()) return false;
     for (int i = 0; i < n; ++i) {
@@ -497,7 +520,7 @@ class Integrator {
 
   // The interpolant at t (Dense() done): scipy's Dop853DenseOutput._call_impl.
   JAXEXT_HD_FUNC void DenseAt(T t, T* out) const {
-    const int n = n_;
+    const int n = N();
     const T x = (t - t_old_) / h_;
     for (int i = 0; i < n; ++i) {
       T v = 0;
@@ -576,7 +599,7 @@ class Integrator {
 
   // scipy's find_active_events and handle_events for the step just accepted.
   JAXEXT_HD_FUNC int32_t HandleEvents(const Outputs<T>& out, bool* terminate) {
-    const int n = n_;
+    const int n = N();
     const int n_events = events_.size();
     int active[kMaxEvents];
     T roots[kMaxEvents];
@@ -639,7 +662,7 @@ class Integrator {
 
   JAXEXT_HD_FUNC int32_t Finish(int32_t status, const Outputs<T>& out) {
     *out.t_final = t_;
-    for (int i = 0; i < n_; ++i) out.y_final[i] = y_[i];
+    for (int i = 0; i < N(); ++i) out.y_final[i] = y_[i];
     out.stats[0] = status;
     out.stats[1] = static_cast<int32_t>(steps_);
     out.stats[2] = static_cast<int32_t>(accepted_);

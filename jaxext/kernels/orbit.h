@@ -65,16 +65,23 @@ struct Model {
   // Parameters each trajectory needs (B for drag).
   JAXEXT_HD int num_params() const { return drag ? 1 : 0; }
 
-  // S: T, or jaxext::Dual<T, K> for the Jacobian (jaxext/kernels/dual.h).
+  // S: T, jaxext::Dual<T, K> for the Jacobian (jaxext/kernels/dual.h), or SIMD lanes of T
+  // (jaxext/kernels/lanes.h: each lane its own band and std::exp, so each rounds as in plain T).
   template <typename S>
   JAXEXT_HD S Density(const S& altitude) const {
-    using std::exp;
-    int b = 0;
-    while (b + 1 < bands && h0[b + 1] <= altitude) ++b;
-    return rho0[b] * exp((h0[b] - altitude) * inv_scale_height[b]);
+    if constexpr (LaneCount<S>::value > 1) {
+      T rho[LaneCount<S>::value];
+      for (int l = 0; l < LaneCount<S>::value; ++l) rho[l] = Density(altitude[l]);
+      return S::FromArray(rho);
+    } else {
+      using std::exp;
+      int b = 0;
+      while (b + 1 < bands && h0[b + 1] <= altitude) ++b;
+      return rho0[b] * exp((h0[b] - altitude) * inv_scale_height[b]);
+    }
   }
 
-  // dydt = f(t, y; p), in T or in dual numbers.
+  // dydt = f(t, y; p), in T, in dual numbers, or in SIMD lanes (several trajectories at once).
   template <typename S>
   JAXEXT_HD_FUNC void operator()(T /*t*/, const S* y, const S* p, S* dydt) const {
     using std::exp;

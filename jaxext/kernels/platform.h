@@ -15,4 +15,16 @@
 #define JAXEXT_UNROLL_ALL _Pragma("GCC unroll 16")
 #endif
 
+namespace jaxext {
+
+// How many independent values a scalar type S carries side by side: 1 for float, double and
+// dual numbers; L for jaxext/kernels/lanes.h's SIMD Lanes<T, L>, which specialises it. Math
+// headers use it for what cannot be one vector operation (a table lookup per value).
+template <typename S>
+struct LaneCount {
+  static constexpr int value = 1;
+};
+
+}  // namespace jaxext
+
 #endif  // JAXEXT_KERNELS_PLATFORM_H_
