@@ -55,6 +55,7 @@ struct Model {
     if (bands < 0 || bands > kMaxBands || size != kHeader + 3 * bands) return false;
     if (drag && bands == 0) return false;
     for (int b = 0; b < bands; ++b) {
+      if (b > 0 && !(c[kHeader + b] > c[kHeader + b - 1])) return false;  // bases ascend
       h0[b] = T(c[kHeader + b]);
       rho0[b] = T(c[kHeader + bands + b]);
       inv_scale_height[b] = T(1 / c[kHeader + 2 * bands + b]);
@@ -70,8 +71,23 @@ struct Model {
   template <typename S>
   JAXEXT_HD S Density(const S& altitude) const {
     if constexpr (LaneCount<S>::value > 1) {
-      T rho[LaneCount<S>::value];
-      for (int l = 0; l < LaneCount<S>::value; ++l) rho[l] = Density(altitude[l]);
+      // Each lane's band as the number of bases above the first at or below its altitude (the
+      // bases ascend: Decode checks), counted branch-free over all lanes at once; then each
+      // lane's exp as in plain T.
+      constexpr int L = LaneCount<S>::value;
+      T h[L], above[L], rho[L];
+      for (int l = 0; l < L; ++l) {
+        h[l] = altitude[l];
+        above[l] = 0;
+      }
+      for (int b = 1; b < bands; ++b) {
+        for (int l = 0; l < L; ++l) above[l] += h0[b] <= h[l] ? T(1) : T(0);
+      }
+      using std::exp;
+      for (int l = 0; l < L; ++l) {
+        const int b = static_cast<int>(above[l]);
+        rho[l] = rho0[b] * exp((h0[b] - h[l]) * inv_scale_height[b]);
+      }
       return S::FromArray(rho);
     } else {
       using std::exp;
