@@ -754,7 +754,8 @@ def test_python_event_derivatives_against_scipy_finite_differences():
   fd_y = _fd_columns(lambda y, m: _scipy_tilted(y, m, t1)[1], y0, mu)
   np.testing.assert_allclose(ours_t, fd_t, rtol=1e-5, atol=1e-6 * np.abs(fd_t).max())
   np.testing.assert_allclose(ours_y, fd_y, rtol=1e-5, atol=1e-6 * np.abs(fd_y).max())
-  # Without the event's own t and p terms the answer is wrong: the test sees them.
+  # The event moves with mu (through its own p term as well as the trajectory): the comparison
+  # above is not trivially satisfied in that column. (Dropping g_t or g_p fails it.)
   assert np.abs(fd_t[:, 2]).max() > 1e-2
 
 
@@ -780,6 +781,59 @@ def test_python_terminal_event_derivatives_of_t_final_and_y_final():
     ours_y = np.concatenate([np.asarray(dyf_y0)[b, :, b], np.asarray(dyf_mu)[b, :, b]], -1)
     np.testing.assert_allclose(ours_t, fd_t, rtol=1e-5, atol=1e-6 * np.abs(fd_t).max())
     np.testing.assert_allclose(ours_y, fd_y, rtol=1e-5, atol=1e-6 * np.abs(fd_y).max())
+
+
+def _node_gradient(t, y, p, dgdy, dgdp):
+  dgdy[2] = 1.0
+  return 0.0
+
+
+ascending_node = ode.event(lambda t, y, p: y[2], terminal=True, direction=1,
+                           gradient=_node_gradient, name="ascending_node")
+
+
+@pytest.mark.parametrize("order", ["node_first", "radius_first"])
+def test_terminal_event_derivatives_pick_the_stopping_event(order):
+  """Two terminal events with different g (a Python node crossing, a built-in sphere crossing):
+  t_final's derivative must use the gradient of the one that stopped the run, whichever index."""
+  model = models.two_body()
+  y0 = elements_state(RE + 850.0, 0.08, 0.9, 0.3, 0.5, 0.2)
+  radius = models.radius_event(_CROSS_R, terminal=True, direction=-1)
+  events = [ascending_node, radius] if order == "node_first" else [radius, ascending_node]
+
+  def t_final(y):
+    return ode.dop853(model, y[None], (0.0, 9000.0), rtol=1e-12, atol=1e-12,
+                      events=events).t_final[0]
+
+  def scipy_t_final(y):
+    g_node = lambda t, yy: yy[2]
+    g_node.terminal, g_node.direction = True, 1
+    g_r = lambda t, yy: np.linalg.norm(yy[:3]) - _CROSS_R
+    g_r.terminal, g_r.direction = True, -1
+    sol = scipy_dop853(model_np(model, []), (0.0, 9000.0), y, rtol=1e-13, atol=1e-13,
+                       events=[g_node, g_r])
+    assert sol.status == 1
+    return sol.t[-1], [len(t) for t in sol.t_events]
+
+  ref, fired = scipy_t_final(y0)
+  assert float(t_final(y0)) == pytest.approx(ref, rel=1e-10)
+  assert sorted(fired) == [0, 1]  # exactly one event stopped it
+  # (In one of the two orders the stopping event has the higher index.)
+  stopper = ["node", "radius"][fired.index(1)]
+  grad = np.asarray(jax.grad(t_final)(y0))
+  for k, h in ((0, 0.1), (2, 0.1), (4, 1e-4)):
+    e = np.zeros(6)
+    e[k] = h
+    fd = (scipy_t_final(y0 + e)[0] - scipy_t_final(y0 - e)[0]) / (2 * h)
+    assert grad[k] == pytest.approx(fd, rel=1e-5, abs=1e-6 * abs(fd) + 1e-9), (stopper, k)
+
+
+def test_event_derivatives_with_no_trajectories():
+  y0 = np.zeros((0, 2))
+  run = lambda y: ode.dop853(van_der_pol_j, y, (0.0, 1.0), [1.0], events=[tilted, tilted_down])
+  primal, tangent = jax.jvp(run, (y0,), (y0,))
+  assert tangent.t_events.shape == (0, 2, 8) and tangent.t_final.shape == (0,)
+  assert jax.grad(lambda y: run(y).t_final.sum())(y0).shape == (0, 2)
 
 
 def test_python_event_gradients_check_grads():
@@ -905,7 +959,7 @@ def test_simd_lanes_round_as_the_scalar_model(dtype):
   y0 = np.stack([circular_state(rng.uniform(130.0, 900.0), rng.uniform(0, np.pi),
                                 rng.uniform(0, 6), rng.uniform(0, 6)) for _ in range(n)])
   b = rng.uniform(0.005, 0.05, (n, 1))
-  model = models.earth(j2=True, j3=True, drag=True)  # the default multi-band atmosphere
+  model = models.earth(j2=True, j3=True, j4=True, drag=True)  # the default 28-band atmosphere
   run = lambda y: ode.dop853(model, y, (0.0, 20000.0), b.astype(dtype), rtol=1e-7, atol=1e-7,
                              t_eval=np.linspace(0.0, 20000.0, 5).astype(dtype),
                              events=[models.altitude_event(100.0)])
@@ -914,8 +968,10 @@ def test_simd_lanes_round_as_the_scalar_model(dtype):
   primal, _ = jax.jvp(run, (y0,), (np.ones_like(y0),))
   assert np.asarray(plain.status).min() >= 0 and (np.asarray(plain.status) == 1).any()
   for name in ("ys", "y_final", "t_final", "n_rhs", "t_events", "status"):
-    np.testing.assert_array_equal(np.asarray(getattr(primal, name)),
-                                  np.asarray(getattr(plain, name)), err_msg=name)
+    a, b = np.asarray(getattr(primal, name)), np.asarray(getattr(plain, name))
+    # Bit patterns (assert_array_equal would take -0 for +0; NaN slots compare as NaN bits).
+    np.testing.assert_array_equal(a.view(f"i{a.itemsize}"), b.view(f"i{b.itemsize}"),
+                                  err_msg=name)
 
 
 def test_gradient_of_air_at_rest_is_finite():

@@ -45,7 +45,9 @@ inline __attribute__((always_inline)) V GatherLanes(const T* const* rows, int i,
 // The built-in model at up to kLanes stage points (one per trajectory; p: their parameters) as
 // SIMD lanes (jaxext/kernels/lanes.h): states gathered, one vector evaluation, derivatives
 // scattered. Each lane rounds as the scalar model does (the library is built with
-// -ffp-contract=off), so results do not depend on which lane a trajectory runs in, or on the CPU.
+// -ffp-contract=off), so results do not depend on which lane a trajectory runs in, nor on which
+// of the per-CPU clones runs (glibc's exp, which may differ between CPUs, is the same in both).
+// The models do not depend on t: it is not passed.
 template <typename T>
 inline __attribute__((always_inline)) void ModelLanes(const orbit::Model<T>& model, int count,
                                                       const dop853::StagePoint<T>* points,
@@ -230,6 +232,11 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
   constexpr int kStaticN = EvaluatesLanes<Rhs>::value ? orbit::kStateSize : 0;
   using Integrator = dop853::Integrator<T, Rhs, EventSet<T>, kStaticN>;
   constexpr int32_t kRunning = Integrator::kRunning;
+  if (kStaticN > 0 && (n != kStaticN || n_aug != kStaticN)) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      "jaxext.ode.dop853: the built-in models' lanes integrate 6 "
+                      "components without sensitivities");
+  }
   const int64_t n_events = events_proto.count;
   std::vector<T> tol(2 * n);
   for (int64_t i = 0; i < n; ++i) {
@@ -354,7 +361,7 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
 
 // The built-in models' lanes (ModelRhs), compiled per CPU (clones.h) so that the integrator's
 // loops over the 6 components use the widest vectors; the same arithmetic in every clone
-// (-ffp-contract=off: no fused multiply-adds), so results do not depend on the CPU.
+// (-ffp-contract=off: no fused multiply-adds).
 template <typename T>
 struct MakeModelRhs {
   const orbit::Model<T>* model;
@@ -459,8 +466,8 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
   int32_t* cp = event_counts->typed_data<int32_t>();
   // Trajectories cost from microseconds to seconds each: every worker (the pool's threads and
   // the caller) takes them one at a time from a shared counter into its lanes.
-  // Few trajectories for many threads: fewer lanes each, so that no thread takes 4 while others
-  // get none (a lane claims a trajectory when it starts and when it frees up).
+  // Few trajectories for many threads: fewer lanes each, so that no thread takes kLanes while
+  // others get none (a lane claims a trajectory when it starts and when it frees up).
   auto next = std::make_shared<std::atomic<int64_t>>(0);
   const int64_t workers = std::min<int64_t>(pool.num_threads() + 1, count);
   const int64_t max_lanes = std::min<int64_t>(kLanes, (count + workers - 1) / workers);

@@ -33,7 +33,8 @@ struct Lanes {
   V v;
 
   Lanes() = default;
-  JAXEXT_HD Lanes(T s) : v(V{} + s) {}  // NOLINT: constants broadcast implicitly
+  // Constants broadcast implicitly (s - 0 keeps the sign of a zero, as s + 0 would not).
+  JAXEXT_HD Lanes(T s) : v(s - V{}) {}  // NOLINT
   JAXEXT_HD static Lanes Of(V x) {
     Lanes r;
     r.v = x;

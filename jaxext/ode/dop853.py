@@ -124,7 +124,8 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
   t_final / y_final of trajectories a terminal event stopped too; an event time moves by
   -(g_y . dy + g_p . dp) / (g_t + g_y . f), infinite where the trajectory grazes the event surface
   (for a radius event, r . v = 0). Built-in events know their gradient; a Python event needs
-  `@jaxext.ode.event(gradient=...)`; with Python functions, on the CPU only for now. Not yet:
+  `@jaxext.ode.event(gradient=...)` for any derivative of a run that has it; with Python
+  functions, on the CPU only for now. Not yet:
   derivatives with respect to t_span or t_eval, second derivatives.
 
   Raises:
@@ -515,16 +516,16 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
                                        jnp.zeros_like(y_events))
   if events:
     d_t_events, d_y_events, d_t_final, d_final = _event_tangents(
-        events, user, params["model"], params["name"], p, dz, t_events, y_events_aug, t_final,
-        y_final_aug, stats[:, 0], counts, d_final)
+        events, user, params["model"], p, dz, t_events, y_events_aug, t_final, y_final_aug,
+        stats[:, 0], counts, d_final)
   float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
   primal_out = (ys, t_final, y_final, stats, t_events, y_events, counts)
   tangent_out = (d_ys, d_t_final, d_final, float0(stats), d_t_events, d_y_events, float0(counts))
   return primal_out, tangent_out
 
 
-def _event_tangents(events, user, model, name, p, dz, t_events, y_events_aug, t_final,
-                    y_final_aug, status, counts, d_final):
+def _event_tangents(events, user, model, p, dz, t_events, y_events_aug, t_final, y_final_aug,
+                    status, counts, d_final):
   """Tangents of the event times and states, and of t_final / y_final where a terminal event
   stopped the trajectory. At a root of g, g(t_e, y(t_e; z), p) = 0 gives
 
@@ -540,11 +541,12 @@ def _event_tangents(events, user, model, name, p, dz, t_events, y_events_aug, t_
   dtype = t_events.dtype
 
   # Rows: every event slot (N, E, K), then y_final once per event (N, E); flattened to M rows.
-  rows_t = jnp.concatenate([t_events.reshape(count, -1),
+  # (Explicit sizes throughout: reshape's -1 divides by zero when there are no trajectories.)
+  n_aug = y_final_aug.shape[-1]
+  rows_t = jnp.concatenate([t_events.reshape(count, n_events * slots),
                             jnp.broadcast_to(t_final[:, None], (count, n_events))], axis=1)
-  rows_y = jnp.concatenate([y_events_aug.reshape(count, n_events * slots, -1),
-                            jnp.broadcast_to(y_final_aug[:, None], (count, n_events,
-                                                                    y_final_aug.shape[-1]))],
+  rows_y = jnp.concatenate([y_events_aug.reshape(count, n_events * slots, n_aug),
+                            jnp.broadcast_to(y_final_aug[:, None], (count, n_events, n_aug))],
                            axis=1)
   # The stopping event of each trajectory stopped by one: the terminal event whose count reached
   # its terminal count (the integrator stops at the first occurrence that does so).
@@ -552,7 +554,7 @@ def _event_tangents(events, user, model, name, p, dz, t_events, y_events_aug, t_
   stopper = (max_count > 0) & (counts >= max_count)  # (N, E)
   stopped = (status == Status.EVENT) & stopper.any(1)
   stopper = stopper & (jnp.cumsum(stopper, axis=1) == 1)
-  valid = jnp.concatenate([jnp.isfinite(t_events).reshape(count, -1),
+  valid = jnp.concatenate([jnp.isfinite(t_events).reshape(count, n_events * slots),
                            stopper & stopped[:, None]], axis=1)
   y, s = rows_y[..., :n], rows_y[..., n:].reshape(rows_y.shape[:-1] + (n, cols))
   valid = valid & jnp.isfinite(rows_t) & jnp.isfinite(y).all(-1)
@@ -595,7 +597,7 @@ def _event_tangents(events, user, model, name, p, dz, t_events, y_events_aug, t_
           ev.gradient, ev.name, flat(t_nan[:, idx]), flat(y[:, idx]), flat(p_rows[:, idx]))
       g_t = g_t.at[:, idx].set(gt_e.reshape(count, idx.size))
       g_y = g_y.at[:, idx].set(gy_e.reshape(count, idx.size, n))
-      g_p = g_p.at[:, idx].set(gp_e.reshape(count, idx.size, -1))
+      g_p = g_p.at[:, idx].set(gp_e.reshape(count, idx.size, p.shape[1]))
 
   # Coefficients are primal values: masked to finite numbers on unused rows, so that neither the
   # tangents nor their transposes see a NaN there.
@@ -612,11 +614,6 @@ def _event_tangents(events, user, model, name, p, dz, t_events, y_events_aug, t_
   d_t_final = jnp.sum(dt[:, k:], axis=1)  # at most one stopping event per trajectory
   d_final = jnp.where(stopped[:, None], jnp.sum(dy[:, k:], axis=1), d_final)
   return d_t_events, d_y_events, d_t_final, d_final
-
-
-def _expand_as(dz, s):
-  """dz (N, cols) broadcast against sensitivities s (N, ..., n, cols) -> (N, ..., cols)."""
-  return dz.reshape(dz.shape[:1] + (1,) * (s.ndim - 3) + dz.shape[1:])
 
 
 compat.register_jvp(dop853_p, _jvp)
