@@ -1,9 +1,10 @@
 // SIMD lanes: L values of T side by side as one GCC vector, with the arithmetic the math headers'
-// generic code uses (+ - * /, sqrt, exp), so that a function written for a scalar type evaluates L
+// generic code uses (+ - * /, sqrt), so that a function written for a scalar type evaluates L
 // independent problems at once (jaxext/cpu/ode_cpu.cc: the built-in orbit models for L
-// trajectories). Each lane rounds exactly as plain T: + - * / and sqrt are IEEE operations lane by
-// lane, and exp is std::exp per lane. Compile users with -ffp-contract=off so that no multiply-add
-// is fused in the vector code where the scalar code has none. Host compilers only (GCC, Clang).
+// trajectories). Each lane rounds exactly as plain T: these are IEEE operations lane by lane.
+// What is not one vector operation (orbit.h's table lookup and exp) is written per lane by the
+// math header, through LaneCount (platform.h). Compile users with -ffp-contract=off so that no
+// multiply-add is fused in the vector code where the scalar code has none. Host compilers only.
 #ifndef JAXEXT_KERNELS_LANES_H_
 #define JAXEXT_KERNELS_LANES_H_
 
@@ -40,14 +41,14 @@ struct Lanes {
     r.v = x;
     return r;
   }
-  // The lanes x[0], ..., x[L - 1], built in registers (writing lanes one by one into a vector in
-  // memory and then loading it whole stalls on store-to-load forwarding).
+  // The lanes x[0], ..., x[L - 1], and rows[0][i], ..., rows[L - 1][i], built in registers
+  // (writing lanes one by one into a vector in memory and then loading it whole stalls on
+  // store-to-load forwarding).
   JAXEXT_HD static Lanes FromArray(const T* x) {
-    return FromArray(x, std::make_integer_sequence<int, L>());
+    return Build([x](int l) { return x[l]; }, std::make_integer_sequence<int, L>());
   }
-  template <int... l>
-  JAXEXT_HD static Lanes FromArray(const T* x, std::integer_sequence<int, l...>) {
-    return Of(V{x[l]...});
+  JAXEXT_HD static Lanes Gather(const T* const* rows, int i) {
+    return Build([rows, i](int l) { return rows[l][i]; }, std::make_integer_sequence<int, L>());
   }
   JAXEXT_HD T operator[](int l) const { return v[l]; }
 
@@ -65,10 +66,11 @@ struct Lanes {
     for (int l = 0; l < L; ++l) r.v[l] = std::sqrt(a.v[l]);
     return r;
   }
-  JAXEXT_HD friend Lanes exp(Lanes a) {
-    T r[L];
-    for (int l = 0; l < L; ++l) r[l] = std::exp(a.v[l]);
-    return FromArray(r);
+
+ private:
+  template <typename Lane, int... l>
+  JAXEXT_HD static Lanes Build(Lane lane, std::integer_sequence<int, l...>) {
+    return Of(V{lane(l)...});
   }
 };
 

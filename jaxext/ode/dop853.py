@@ -554,10 +554,10 @@ def _event_tangents(events, user, model, p, dz, t_events, y_events_aug, t_final,
   stopper = (max_count > 0) & (counts >= max_count)  # (N, E)
   stopped = (status == Status.EVENT) & stopper.any(1)
   stopper = stopper & (jnp.cumsum(stopper, axis=1) == 1)
-  valid = jnp.concatenate([jnp.isfinite(t_events).reshape(count, n_events * slots),
-                           stopper & stopped[:, None]], axis=1)
+  # Used rows: filled event slots (a finite time), and each stopped trajectory's stopping event.
   y, s = rows_y[..., :n], rows_y[..., n:].reshape(rows_y.shape[:-1] + (n, cols))
-  valid = valid & jnp.isfinite(rows_t) & jnp.isfinite(y).all(-1)
+  valid = jnp.concatenate([jnp.ones((count, n_events * slots), bool), stopper & stopped[:, None]],
+                          axis=1) & jnp.isfinite(rows_t) & jnp.isfinite(y).all(-1)
   s = jnp.where(valid[..., None, None], s, 0)
   sdz = jnp.einsum("nmij,nj->nmi", s, dz)
   p_rows = jnp.broadcast_to(p[:, None, :], rows_t.shape + p.shape[1:])
