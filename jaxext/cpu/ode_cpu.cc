@@ -33,46 +33,26 @@ using NativeEvent = T (*)(T, const T*, const T*, int32_t*);
 // models' evaluation across them.
 constexpr int kLanes = 8;
 
-// The built-in model at up to kLanes stage points (one per trajectory; p: their parameters) as
-// SIMD lanes (jaxext/kernels/lanes.h): states gathered, one vector evaluation, derivatives
-// scattered. Each lane rounds as the scalar model does (the library is built with
-// -ffp-contract=off), so results do not depend on which lane a trajectory runs in, nor on which
-// of the per-CPU clones runs (glibc's exp, which may differ between CPUs, is the same in both).
-// The models do not depend on t: it is not passed.
+// The built-in model at kLanes stage points (one per trajectory, p: their parameters) as SIMD
+// lanes (jaxext/kernels/lanes.h). Each lane rounds as the scalar model does (the library is built
+// with -ffp-contract=off), so results do not depend on which lane a trajectory runs in, nor on
+// which of the per-CPU clones runs (glibc's exp, which may differ between CPUs, is the same in
+// both). The models do not depend on t. Per CPU, and a function of its own: inlined into the
+// (also per-CPU) lanes loop, the vector model measured 30% slower (82.7 against 64 us per
+// trajectory, LEO, tol 1e-9, one core).
 template <typename T>
-inline __attribute__((always_inline)) void ModelLanes(const orbit::Model<T>& model, int count,
-                                                      const dop853::StagePoint<T>* points,
-                                                      const T* const* p) {
-  using V = Lanes<T, kLanes>;
-  constexpr int n = orbit::kStateSize;
-  const T* y_of[kLanes];
-  const T* p_of[kLanes];
-  const T zero = T(0);
-  for (int l = 0; l < kLanes; ++l) {
-    const int from = l < count ? l : 0;  // idle lanes repeat the first point
-    y_of[l] = points[from].y;
-    p_of[l] = model.drag ? p[from] : &zero;
-  }
-  V y[n], params[1], f[n];
-  for (int i = 0; i < n; ++i) y[i] = V::Gather(y_of, i);
-  params[0] = V::Gather(p_of, 0);
-  model(T(0), y, params, f);
-  for (int i = 0; i < n; ++i) {
-    for (int l = 0; l < count; ++l) points[l].f[i] = f[i][l];
-  }
-}
-// Per CPU, and a function of its own: inlined into the (also per-CPU) lanes loop, the vector
-// model measured 30% slower (82.7 against 64 us per trajectory, LEO, tol 1e-9, one core).
-JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void ModelLanesF32(const orbit::Model<float>& model, int count,
-                                                        const dop853::StagePoint<float>* points,
-                                                        const float* const* p) {
-  ModelLanes(model, count, points, p);
+using ModelLanes = Lanes<T, kLanes>;
+JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void ModelLanesF32(const orbit::Model<float>& model,
+                                                        const ModelLanes<float>* y,
+                                                        const ModelLanes<float>* p,
+                                                        ModelLanes<float>* f) {
+  model(0.0f, y, p, f);
 }
 JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void ModelLanesF64(const orbit::Model<double>& model,
-                                                        int count,
-                                                        const dop853::StagePoint<double>* points,
-                                                        const double* const* p) {
-  ModelLanes(model, count, points, p);
+                                                        const ModelLanes<double>* y,
+                                                        const ModelLanes<double>* p,
+                                                        ModelLanes<double>* f) {
+  model(0.0, y, p, f);
 }
 
 template <typename T>
@@ -84,20 +64,17 @@ struct ModelRhs {
     (*model)(t, y, p, dydt);
     return true;
   }
-  // The stage points of `count` (<= kLanes) lanes at once; rhs[l]: lane l's right-hand side.
-  static void EvalLanes(int count, const ModelRhs* const* rhs,
-                        const dop853::StagePoint<T>* points) {
-    const T* p[kLanes];
-    for (int l = 0; l < count; ++l) p[l] = rhs[l]->p;
+  // kLanes trajectories' stages at once: states y, their parameters p (the drag's B), into f.
+  void EvalLanes(const ModelLanes<T>* y, const ModelLanes<T>* p, ModelLanes<T>* f) const {
     if constexpr (std::is_same_v<T, float>) {
-      ModelLanesF32(*rhs[0]->model, count, points, p);
+      ModelLanesF32(*model, y, p, f);
     } else {
-      ModelLanesF64(*rhs[0]->model, count, points, p);
+      ModelLanesF64(*model, y, p, f);
     }
   }
 };
 
-// Right-hand sides that evaluate several lanes' stages at once (ModelRhs::EvalLanes).
+// Right-hand sides that evaluate kLanes trajectories' stages at once (ModelRhs::EvalLanes).
 template <typename Rhs, typename = void>
 struct EvaluatesLanes : std::false_type {};
 template <typename Rhs>
@@ -204,9 +181,11 @@ struct Attrs {
 
 // Trajectories integrated side by side per thread (kLanes): their stages alternate, so that the
 // out-of-order core overlaps one trajectory's dependency chain (each stage needs the previous
-// one's right-hand side: square roots, divisions, exp) with the others', and the built-in models
-// evaluate every lane's stage as one SIMD operation (EvalLanes). Each trajectory still takes its
-// own steps, with the same arithmetic as alone: results do not depend on the lanes.
+// one's right-hand side: square roots, divisions, exp) with the others'. With the built-in models
+// (EvalLanes) the lanes' workspaces interleave and each stage of all lanes is one SIMD
+// computation: stage sums, right-hand sides, error norms (dop853.h's StageLanes). Each trajectory
+// still takes its own steps, with the same arithmetic as alone: results do not depend on the
+// lanes.
 
 // Integrates trajectories j = (*next)++ while j < count, up to max_lanes (<= kLanes) at a time. `make_rhs(p, scratch)` gives
 // trajectory j's right-hand side (p: its parameters; scratch: 2 n^2 + 2 n np elements it may
@@ -222,8 +201,9 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
                     T* y_events, int32_t* counts) {
   using Rhs = decltype(make_rhs(params, static_cast<T*>(nullptr)));
   // The built-in models (lanes evaluated at once) integrate 6 components: known at compile time.
-  constexpr int kStaticN = EvaluatesLanes<Rhs>::value ? orbit::kStateSize : 0;
-  using Integrator = dop853::Integrator<T, Rhs, EventSet<T>, kStaticN>;
+  constexpr bool kVector = EvaluatesLanes<Rhs>::value;
+  constexpr int kStaticN = kVector ? orbit::kStateSize : 0;
+  using Integrator = dop853::Integrator<T, Rhs, EventSet<T>, kStaticN, kVector ? kLanes : 1>;
   constexpr int32_t kRunning = Integrator::kRunning;
   if (kStaticN > 0 && (n != kStaticN || n_aug != kStaticN)) {
     return ffi::Error(ffi::ErrorCode::kInternal,
@@ -248,16 +228,22 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
     dop853::Outputs<T> out;
     int64_t j = -1;
   };
+  // Lanes that take trajectories; with vectors, all kLanes are computed (the others idle).
   const int lanes = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_lanes, count)));
-  std::vector<Lane> lane(lanes, Lane{std::vector<T>(dop853::WorkspaceSize(n_aug)),
+  const int slots = kVector ? kLanes : lanes;
+  const int64_t work_size = dop853::WorkspaceSize(n_aug);
+  std::vector<T> interleaved(kVector ? kLanes * work_size : 0);
+  std::vector<Lane> lane(slots, Lane{std::vector<T>(kVector ? 0 : work_size),
                                      std::vector<T>(scratch_size), std::vector<T>(n_aug),
                                      make_rhs(params, nullptr), events_proto, {}, -1});
   std::vector<Integrator> integrators;
-  integrators.reserve(lanes);
-  for (Lane& l : lane) {
-    integrators.emplace_back(l.rhs, l.events, static_cast<int>(n_aug), static_cast<int>(n),
-                             settings, l.work.data());
+  integrators.reserve(slots);
+  for (int k = 0; k < slots; ++k) {
+    integrators.emplace_back(lane[k].rhs, lane[k].events, static_cast<int>(n_aug),
+                             static_cast<int>(n), settings,
+                             kVector ? interleaved.data() + k : lane[k].work.data());
   }
+  T lane_p[kLanes] = {};  // each lane's first parameter (the built-in models' drag B)
   auto failed = [&](int64_t j) {
     return ffi::Error(ffi::ErrorCode::kInternal,
                       "jaxext.ode.dop853: the user function of '" + std::string(a.name) +
@@ -275,6 +261,7 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
       if (j >= count) break;
       const T* p = params + j * np;
       l.rhs = make_rhs(p, l.scratch.data());
+      if (np > 0) lane_p[k] = p[0];
       l.events.p = p;
       l.out = dop853::Outputs<T>{t_eval,
                                  m,
@@ -308,19 +295,16 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
   for (int k = 0; k < lanes; ++k) {
     if (!fill(k, &err)) return err;
   }
-  // Stages S..kStages of every busy lane, lane after lane within each stage.
-  auto stages = [&](auto self, auto stage) -> int64_t {
+  // Stages S..kStages of every busy lane, lane after lane within each stage, or as vectors of
+  // all lanes (step sizes h, parameters p; idle lanes compute with h = 0, and nothing reads
+  // what they compute).
+  using V = ModelLanes<T>;
+  auto stages = [&](auto self, auto stage, const V& h, const V& p) -> int64_t {
     constexpr int S = decltype(stage)::value;
-    if constexpr (EvaluatesLanes<Rhs>::value) {
-      dop853::StagePoint<T> points[kLanes];
-      const Rhs* rhs[kLanes];
-      int busy = 0;
-      for (int k = 0; k < lanes; ++k) {
-        if (lane[k].j < 0) continue;
-        points[busy] = integrators[k].template PrepareStage<S>();
-        rhs[busy++] = &lane[k].rhs;
-      }
-      if (busy > 0) Rhs::EvalLanes(busy, rhs, points);
+    if constexpr (kVector) {
+      Integrator::template StageLanes<S>(integrators.data(), h, [&](const V* y, V* f) {
+        lane[0].rhs.EvalLanes(y, &p, f);
+      });
     } else {
       for (int k = 0; k < lanes; ++k) {
         if (lane[k].j >= 0 && !integrators[k].template Stage<S>()) {
@@ -330,7 +314,7 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
       }
     }
     if constexpr (S < dop853::kStages) {
-      return self(self, std::integral_constant<int, S + 1>());
+      return self(self, std::integral_constant<int, S + 1>(), h, p);
     } else {
       return -1;
     }
@@ -339,10 +323,19 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
     bool busy = false;
     for (int k = 0; k < lanes; ++k) busy = busy || lane[k].j >= 0;
     if (!busy) break;
-    if (const int64_t j = stages(stages, std::integral_constant<int, 1>()); j >= 0) return failed(j);
+    T h[kLanes] = {}, norms[kLanes];
+    if constexpr (kVector) {
+      for (int k = 0; k < lanes; ++k) h[k] = lane[k].j >= 0 ? integrators[k].StepSize() : T(0);
+    }
+    const V hv = V::FromArray(h), pv = V::FromArray(lane_p);
+    if (const int64_t j = stages(stages, std::integral_constant<int, 1>(), hv, pv); j >= 0) {
+      return failed(j);
+    }
+    if constexpr (kVector) Integrator::ErrorNormLanes(integrators.data(), hv, norms);
     for (int k = 0; k < lanes; ++k) {
       if (lane[k].j < 0) continue;
-      int32_t status = integrators[k].Conclude(lane[k].out);
+      int32_t status = kVector ? integrators[k].Conclude(lane[k].out, norms[k])
+                               : integrators[k].Conclude(lane[k].out);
       if (status == kRunning) status = integrators[k].Attempt(lane[k].out);
       if (status == kRunning) continue;
       if (status == dop853::kCallbackFailed) return failed(lane[k].j);

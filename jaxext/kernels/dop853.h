@@ -20,7 +20,10 @@
 // The state is integrated in T (float or double); the coefficients are scipy's doubles rounded to T.
 // Nothing here allocates or knows about XLA: the caller gives a workspace of WorkspaceSize(n)
 // elements and functors for the right-hand side and the events, so the CPU handler and the CUDA
-// kernel (one trajectory per thread) run the same code.
+// kernel (one trajectory per thread) run the same code. The CPU handler's built-in models also
+// run L trajectories as SIMD lanes: L integrators interleave their workspaces element by element
+// (kStride = L), so that the stage sums, the error norms and the right-hand sides of all L are
+// vector operations (StageLanes, ErrorNormLanes), each lane rounding as one trajectory alone.
 #ifndef JAXEXT_KERNELS_DOP853_H_
 #define JAXEXT_KERNELS_DOP853_H_
 
@@ -191,35 +194,32 @@ JAXEXT_HD_FUNC void Sensitivities(int64_t n, int64_t np, const T* dfdy, const T*
   }
 }
 
-// Where a stage evaluates the right-hand side: f(t, y) goes to f (Integrator::PrepareStage).
-template <typename T>
-struct StagePoint {
-  T t;
-  const T* y;
-  T* f;
-};
-
 // Integrates one trajectory. Rhs: `bool rhs(T t, const T* y, T* dydt)` (false: it failed).
 // Events: `int size()`, `int direction(int e)` (-1, 0, 1), `int64_t max_count(int e)` (terminal
 // after that many occurrences; 0: never), `bool value(int e, T t, const T* y, T* g)`.
 // The error is controlled on the first n_control components of the state (n_control <= n).
 // kStaticN > 0: the state size is known at compile time (n = n_control = kStaticN), so that the
 // loops over components unroll (the CPU handler's built-in models).
-template <typename T, typename Rhs, typename Events, int kStaticN = 0>
+// kStride > 1 (needs kStaticN): the workspace's elements lie kStride apart, kStride integrators'
+// workspaces interleaved (the l-th at work + l), which StageLanes and ErrorNormLanes advance as
+// SIMD lanes; rhs and events still see contiguous states (copied through a row of kStaticN).
+template <typename T, typename Rhs, typename Events, int kStaticN = 0, int kStride = 1>
 class Integrator {
+  static_assert(kStride == 1 || kStaticN > 0, "interleaved workspaces need a static state size");
+
  public:
   JAXEXT_HD_FUNC Integrator(Rhs& rhs, Events& events, int n, int n_control,
                             const Settings<T>& settings, T* work)
       : rhs_(rhs), events_(events), n_(n), nc_(n_control), s_(settings) {
     k_ = work;
-    f_ = k_ + kExtended * n;
-    y_ = f_ + kDense * n;
-    y_new_ = y_ + n;
-    y_old_ = y_new_ + n;
-    tmp_ = y_old_ + n;
-    scratch_ = tmp_ + n;
-    g_old_ = scratch_ + n;
-    g_new_ = g_old_ + kMaxEvents;
+    f_ = k_ + At(kExtended * n);
+    y_ = f_ + At(kDense * n);
+    y_new_ = y_ + At(n);
+    y_old_ = y_new_ + At(n);
+    tmp_ = y_old_ + At(n);
+    scratch_ = tmp_ + At(n);
+    g_old_ = scratch_ + At(n);
+    g_new_ = g_old_ + At(kMaxEvents);
   }
 
   // Returned by the phases below while the trajectory goes on (not a Status).
@@ -259,7 +259,7 @@ class Integrator {
 
     bool finite = inputs_finite && Finite(t0) && Finite(t1);
     for (int i = 0; i < n; ++i) {
-      y_[i] = y0[i];
+      y_[At(i)] = y0[i];
       finite = finite && Finite(y0[i]);
     }
     if (!finite) return Finish(kNonFinite, out);
@@ -267,17 +267,17 @@ class Integrator {
     dir_ = dir;
     if (!Eval(t0, y_, k_)) return Finish(kCallbackFailed, out);
     for (int i = 0; i < NC(); ++i) {  // the state's own derivative (not sensitivities)
-      if (!Finite(k_[i])) return Finish(kNonFinite, out);
+      if (!Finite(k_[At(i)])) return Finish(kNonFinite, out);
     }
     ie_ = 0;  // next t_eval point
     while (ie_ < out.n_eval && dir * (out.t_eval[ie_] - t0) < 0) ++ie_;
     for (int e = 0; e < n_events; ++e) {
-      if (!events_.value(e, t0, y_, &g_old_[e])) return Finish(kCallbackFailed, out);
+      if (!events_.value(e, t0, Row(y_), &g_old_[At(e)])) return Finish(kCallbackFailed, out);
       seen_[e] = 0;
     }
     if (t0 == t1 || n == 0) {  // scipy: finished without a step
       for (; ie_ < out.n_eval && out.t_eval[ie_] == t0; ++ie_) {
-        for (int i = 0; i < n; ++i) out.ys[ie_ * n + i] = y_[i];
+        for (int i = 0; i < n; ++i) out.ys[ie_ * n + i] = y_[At(i)];
       }
       return Finish(kSuccess, out);
     }
@@ -313,22 +313,14 @@ class Integrator {
 
   // Stage S of the attempt (1 <= S <= kStages): K[S] for S < kStages; at kStages y_new (row 12 of
   // kA holds the solution's weights, and kC[12] = 1) and f(t + h, y_new) into K[12]. K[0] holds
-  // f(t, y). False: the right-hand side failed (then Fail).
+  // f(t, y). False: the right-hand side failed (then Fail). Interleaved integrators (kStride > 1)
+  // advance through StageLanes instead.
   template <int S>
   JAXEXT_HD bool Stage() {
-    const StagePoint<T> point = PrepareStage<S>();
-    return rhs_(point.t, point.y, point.f);
-  }
-
-  // Stage S up to its right-hand side evaluation, which the caller makes: f(point.t, point.y)
-  // into point.f (counted as one evaluation). For a caller that evaluates several integrators'
-  // stages at once (the CPU handler's SIMD lanes).
-  template <int S>
-  JAXEXT_HD StagePoint<T> PrepareStage() {
+    static_assert(kStride == 1, "interleaved integrators advance through StageLanes");
     T* state = S < kStages ? tmp_ : y_new_;
     StageState<S>(y_, h_try_, state);
-    ++nfev_;
-    return StagePoint<T>{t_ + T(kC[S]) * h_try_, state, k_ + S * N()};
+    return Eval(t_ + T(kC[S]) * h_try_, state, k_ + S * N());
   }
 
   // Stages S..kStages in order.
@@ -344,10 +336,12 @@ class Integrator {
 
   // After the stages: the error norm; a rejected attempt shrinks the step (Attempt retries), an
   // accepted one moves on (events, t_eval points, FSAL).
-  JAXEXT_HD_FUNC int32_t Conclude(const Outputs<T>& out) {
+  JAXEXT_HD_FUNC int32_t Conclude(const Outputs<T>& out) { return Conclude(out, ErrorNorm(h_try_)); }
+
+  // Conclude with the attempt's error norm already computed (ErrorNormLanes).
+  JAXEXT_HD_FUNC int32_t Conclude(const Outputs<T>& out, const T err) {
     const T max_factor = T(10), min_factor = T(0.2), safety = T(0.9);
     const T exponent = T(-1) / T(8);
-    const T err = ErrorNorm(h_try_);
     if (!(err < T(1))) {
       if (!Finite(err)) nonfinite_trial_ = true;
       const T f = safety * pow(err, exponent);
@@ -370,10 +364,17 @@ class Integrator {
     h_ = h_try_;
     h_abs_ = ha_;
     fresh_ = true;
-    T* swap = y_old_;  // y_old <- y <- y_new
-    y_old_ = y_;
-    y_ = y_new_;
-    y_new_ = swap;
+    if constexpr (kStride == 1) {
+      T* swap = y_old_;  // y_old <- y <- y_new
+      y_old_ = y_;
+      y_ = y_new_;
+      y_new_ = swap;
+    } else {  // each lane's buffers stay where the other lanes' are
+      for (int i = 0; i < n; ++i) {
+        y_old_[At(i)] = y_[At(i)];
+        y_[At(i)] = y_new_[At(i)];
+      }
+    }
     dense_ready_ = false;
     const bool finished = dir_ * (t_ - t1_) >= 0;
 
@@ -384,24 +385,99 @@ class Integrator {
     }
     for (; ie_ < out.n_eval && dir_ * (out.t_eval[ie_] - t_) <= 0; ++ie_) {
       if (!Dense()) return Finish(kCallbackFailed, out);
-      DenseAt(out.t_eval[ie_], out.ys + ie_ * n);
+      DenseAt(out.t_eval[ie_], out.ys + ie_ * n, 1);
     }
     if (terminate) return Finish(kTerminated, out);
     if (finished) return Finish(kSuccess, out);
-    for (int i = 0; i < n; ++i) k_[i] = k_[kStages * n + i];  // FSAL: f(t_new, y_new)
+    for (int i = 0; i < n; ++i) k_[At(i)] = k_[At(kStages * n + i)];  // FSAL: f(t_new, y_new)
     return kRunning;
   }
 
   // A right-hand side failed during the stages.
   JAXEXT_HD_FUNC int32_t Fail(const Outputs<T>& out) { return Finish(kCallbackFailed, out); }
 
+  // The size of the attempt under way (after Attempt returned kRunning).
+  JAXEXT_HD T StepSize() const { return h_try_; }
+
+  // SIMD lanes: `lanes` points to kStride integrators whose workspaces interleave (kStride > 1),
+  // lane l's step size h[l] (0 for a lane without a trajectory: its values are then never read).
+  // V: kStride values of T (jaxext/kernels/lanes.h' Lanes), lane by lane as T rounds.
+
+  // Stage S of every lane (1 <= S <= kStages), as Stage<S> does for one: the stage states are
+  // formed as vectors and `rhs(const V* y, V* dydt)` evaluates the kStaticN components of all
+  // lanes at once (it cannot fail: the built-in models).
+  template <int S, typename V, typename VectorRhs>
+  static JAXEXT_HD void StageLanes(Integrator* lanes, const V& h, VectorRhs&& rhs) {
+    static_assert(kStride > 1, "StageLanes is for interleaved integrators");
+    constexpr int n = kStaticN;
+    const Integrator& first = lanes[0];  // lane l's element i: first's pointer + At(i) + l
+    V y[n], f[n];
+    for (int i = 0; i < n; ++i) {
+      V acc = T(0);
+      JAXEXT_UNROLL_ALL
+      for (int j = 0; j < S; ++j) {
+        if (kA[S][j] != 0) acc += V(T(kA[S][j])) * V::Load(first.k_ + At(j * n + i));
+      }
+      y[i] = V::Load(first.y_ + At(i)) + acc * h;
+      if constexpr (S == kStages) y[i].Store(first.y_new_ + At(i));
+    }
+    rhs(y, f);
+    for (int i = 0; i < n; ++i) f[i].Store(first.k_ + At(S * n + i));
+    for (int l = 0; l < kStride; ++l) ++lanes[l].nfev_;
+  }
+
+  // The error norms of every lane's attempt (after StageLanes<kStages>), as ErrorNorm computes
+  // each: err[l] for lane l, for Conclude(out, err[l]).
+  template <typename V>
+  static JAXEXT_HD void ErrorNormLanes(const Integrator* lanes, const V& h, T* err) {
+    static_assert(kStride > 1, "ErrorNormLanes is for interleaved integrators");
+    constexpr int n = kStaticN;
+    const Integrator& first = lanes[0];
+    V e5 = T(0), e3 = T(0);
+    for (int i = 0; i < n; ++i) {
+      const V a = fabs(V::Load(first.y_ + At(i))), b = fabs(V::Load(first.y_new_ + At(i)));
+      const V scale = V(first.s_.atol[i]) + V::Max(a, b) * V(first.s_.rtol[i]);
+      V s5 = T(0), s3 = T(0);
+      JAXEXT_UNROLL_ALL
+      for (int j = 0; j <= kStages; ++j) {
+        const V k = V::Load(first.k_ + At(j * n + i));
+        if (kE5[j] != 0) s5 += V(T(kE5[j])) * k;
+        if (kE3[j] != 0) s3 += V(T(kE3[j])) * k;
+      }
+      s5 = s5 / scale;
+      s3 = s3 / scale;
+      e5 += s5 * s5;
+      e3 += s3 * s3;
+    }
+    for (int l = 0; l < kStride; ++l) err[l] = NormOf(h[l], e5[l], e3[l], n);
+  }
+
  private:
+  // Where element i of a workspace array lies.
+  JAXEXT_HD static constexpr int64_t At(int64_t i) { return i * kStride; }
+
+  // A workspace array's first N() elements as a contiguous row (for rhs_ and events_).
+  JAXEXT_HD const T* Row(const T* x) {
+    if constexpr (kStride == 1) {
+      return x;
+    } else {
+      for (int i = 0; i < kStaticN; ++i) row_[i] = x[At(i)];
+      return row_;
+    }
+  }
+
   JAXEXT_HD int N() const { return kStaticN > 0 ? kStaticN : n_; }
   JAXEXT_HD int NC() const { return kStaticN > 0 ? kStaticN : nc_; }
 
   JAXEXT_HD bool Eval(T t, const T* y, T* f) {
     ++nfev_;
-    return rhs_(t, y, f);
+    if constexpr (kStride == 1) {
+      return rhs_(t, y, f);
+    } else {
+      if (!rhs_(t, Row(y), f_row_)) return false;
+      for (int i = 0; i < kStaticN; ++i) f[At(i)] = f_row_[i];
+      return true;
+    }
   }
 
   JAXEXT_HD T Rms(T sum_squares) const { return sqrt(sum_squares / T(NC())); }
@@ -412,20 +488,21 @@ class Integrator {
     const T interval = fabs(t1 - t0);
     T s0 = 0, s1 = 0;
     for (int i = 0; i < NC(); ++i) {
-      const T scale = s_.atol[i] + fabs(y_[i]) * s_.rtol[i];
-      s0 += (y_[i] / scale) * (y_[i] / scale);
-      s1 += (k_[i] / scale) * (k_[i] / scale);
+      const T y = y_[At(i)], f = k_[At(i)];
+      const T scale = s_.atol[i] + fabs(y) * s_.rtol[i];
+      s0 += (y / scale) * (y / scale);
+      s1 += (f / scale) * (f / scale);
     }
     const T d0 = Rms(s0), d1 = Rms(s1);
     T h0 = (d0 < T(1e-5) || d1 < T(1e-5)) ? T(1e-6) : T(0.01) * d0 / d1;
     if (h0 > interval) h0 = interval;
-    for (int i = 0; i < n; ++i) tmp_[i] = y_[i] + h0 * dir_ * k_[i];
-    T* f1 = k_ + n;  // stage 1 is free until the first step
+    for (int i = 0; i < n; ++i) tmp_[At(i)] = y_[At(i)] + h0 * dir_ * k_[At(i)];
+    T* f1 = k_ + At(n);  // stage 1 is free until the first step
     if (!Eval(t0 + h0 * dir_, tmp_, f1)) return false;
     T s2 = 0;
     for (int i = 0; i < NC(); ++i) {
-      const T scale = s_.atol[i] + fabs(y_[i]) * s_.rtol[i];
-      const T q = (f1[i] - k_[i]) / scale;
+      const T scale = s_.atol[i] + fabs(y_[At(i)]) * s_.rtol[i];
+      const T q = (f1[At(i)] - k_[At(i)]) / scale;
       s2 += q * q;
     }
     const T d2 = Rms(s2) / h0;
@@ -448,22 +525,27 @@ class Integrator {
     const int n = N();
     T e5 = 0, e3 = 0;
     for (int i = 0; i < NC(); ++i) {
-      const T a = fabs(y_[i]), b = fabs(y_new_[i]);
+      const T a = fabs(y_[At(i)]), b = fabs(y_new_[At(i)]);
       const T scale = s_.atol[i] + (a > b ? a : b) * s_.rtol[i];
       T s5 = 0, s3 = 0;
       JAXEXT_UNROLL_ALL
       for (int j = 0; j <= kStages; ++j) {
-        if (kE5[j] != 0) s5 += T(kE5[j]) * k_[j * n + i];
-        if (kE3[j] != 0) s3 += T(kE3[j]) * k_[j * n + i];
+        if (kE5[j] != 0) s5 += T(kE5[j]) * k_[At(j * n + i)];
+        if (kE3[j] != 0) s3 += T(kE3[j]) * k_[At(j * n + i)];
       }
       s5 /= scale;
       s3 /= scale;
       e5 += s5 * s5;
       e3 += s3 * s3;
     }
+    return NormOf(h, e5, e3, NC());
+  }
+
+  // The norm from the sums of squares e5 and e3 over n_control components.
+  JAXEXT_HD static T NormOf(T h, T e5, T e3, int n_control) {
     if (e5 == T(0) && e3 == T(0)) return T(0);
     const T denom = e5 + T(0.01) * e3;
-    return fabs(h) * e5 / sqrt(denom * T(NC()));
+    return fabs(h) * e5 / sqrt(denom * T(n_control));
   }
 
   // state = base + h sum_{j < S} a[S][j] K[j]: where stage S evaluates the right-hand side.
@@ -474,9 +556,9 @@ class Integrator {
       T acc = 0;
       JAXEXT_UNROLL_ALL
       for (int j = 0; j < S; ++j) {
-        if (kA[S][j] != 0) acc += T(kA[S][j]) * k_[j * n + i];
+        if (kA[S][j] != 0) acc += T(kA[S][j]) * k_[At(j * n + i)];
       }
-      state[i] = base[i] + acc * h;
+      state[At(i)] = base[At(i)] + acc * h;
     }
   }
 
@@ -484,7 +566,7 @@ class Integrator {
   template <int S>
   JAXEXT_HD bool DenseStages() {
     StageState<S>(y_old_, h_, tmp_);
-    if (!Eval(t_old_ + T(kC[S]) * h_, tmp_, k_ + S * N())) return false;
+    if (!Eval(t_old_ + T(kC[S]) * h_, tmp_, k_ + At(S * N()))) return false;
     if constexpr (S + 1 < kExtended) {
       return DenseStages<S + 1>();
     } else {
@@ -499,44 +581,50 @@ class Integrator {
     const T h = h_;
     if (!DenseStages<kStages + 1>()) return false;
     for (int i = 0; i < n; ++i) {
-      const T f_old = k_[i], f_new = k_[kStages * n + i];
-      const T dy = y_[i] - y_old_[i];
-      f_[i] = dy;
-      f_[n + i] = h * f_old - dy;
-      f_[2 * n + i] = T(2) * dy - h * (f_new + f_old);
+      const T f_old = k_[At(i)], f_new = k_[At(kStages * n + i)];
+      const T dy = y_[At(i)] - y_old_[At(i)];
+      f_[At(i)] = dy;
+      f_[At(n + i)] = h * f_old - dy;
+      f_[At(2 * n + i)] = T(2) * dy - h * (f_new + f_old);
       JAXEXT_UNROLL_ALL
       for (int r = 0; r < 4; ++r) {
         T acc = 0;
         JAXEXT_UNROLL_ALL
         for (int j = 0; j < kExtended; ++j) {
-          if (kD[r][j] != 0) acc += T(kD[r][j]) * k_[j * n + i];
+          if (kD[r][j] != 0) acc += T(kD[r][j]) * k_[At(j * n + i)];
         }
-        f_[(3 + r) * n + i] = h * acc;
+        f_[At((3 + r) * n + i)] = h * acc;
       }
     }
     dense_ready_ = true;
     return true;
   }
 
-  // The interpolant at t (Dense() done): scipy's Dop853DenseOutput._call_impl.
-  JAXEXT_HD_FUNC void DenseAt(T t, T* out) const {
+  // The interpolant at t (Dense() done): scipy's Dop853DenseOutput._call_impl, into out[i *
+  // stride] (stride 1: an output row; kStride: the workspace).
+  JAXEXT_HD_FUNC void DenseAt(T t, T* out, int64_t stride) const {
     const int n = N();
     const T x = (t - t_old_) / h_;
     for (int i = 0; i < n; ++i) {
       T v = 0;
       JAXEXT_UNROLL_ALL
       for (int r = kDense - 1; r >= 0; --r) {
-        v += f_[r * n + i];
+        v += f_[At(r * n + i)];
         v *= ((kDense - 1 - r) % 2 == 0) ? x : T(1) - x;
       }
-      out[i] = v + y_old_[i];
+      out[i * stride] = v + y_old_[At(i)];
     }
   }
 
   // g_e on the dense output at t.
   JAXEXT_HD bool EventAt(int e, T t, T* g) {
-    DenseAt(t, scratch_);
-    return events_.value(e, t, scratch_, g);
+    if constexpr (kStride == 1) {
+      DenseAt(t, scratch_, 1);
+      return events_.value(e, t, scratch_, g);
+    } else {
+      DenseAt(t, row_, 1);
+      return events_.value(e, t, row_, g);
+    }
   }
 
   // Brent's method for the root of g_e on [a, b] (a sign change), to 4 eps relative and absolute,
@@ -605,14 +693,14 @@ class Integrator {
     T roots[kMaxEvents];
     int n_active = 0;
     for (int e = 0; e < n_events; ++e) {
-      if (!events_.value(e, t_, y_, &g_new_[e])) return kCallbackFailed;
-      const T g = g_old_[e], g_new = g_new_[e];
+      if (!events_.value(e, t_, Row(y_), &g_new_[At(e)])) return kCallbackFailed;
+      const T g = g_old_[At(e)], g_new = g_new_[At(e)];
       const bool up = g <= 0 && g_new >= 0, down = g >= 0 && g_new <= 0;
       const int direction = events_.direction(e);
       if ((direction > 0 && up) || (direction < 0 && down) || (direction == 0 && (up || down))) {
         active[n_active++] = e;
       }
-      g_old_[e] = g_new;
+      g_old_[At(e)] = g_new;
     }
     if (n_active == 0) return kSuccess;
     if (!Dense()) return kCallbackFailed;
@@ -649,12 +737,12 @@ class Integrator {
       const int32_t c = out.event_counts[e]++;
       if (c < out.event_slots) {
         out.t_events[e * out.event_slots + c] = roots[a];
-        DenseAt(roots[a], out.y_events + (e * out.event_slots + c) * n);
+        DenseAt(roots[a], out.y_events + (e * out.event_slots + c) * n, 1);
       }
     }
     if (stop) {
       t_ = roots[n_active - 1];
-      DenseAt(t_, y_);
+      DenseAt(t_, y_, kStride);
       *terminate = true;
     }
     return kSuccess;
@@ -662,7 +750,7 @@ class Integrator {
 
   JAXEXT_HD_FUNC int32_t Finish(int32_t status, const Outputs<T>& out) {
     *out.t_final = t_;
-    for (int i = 0; i < N(); ++i) out.y_final[i] = y_[i];
+    for (int i = 0; i < N(); ++i) out.y_final[i] = y_[At(i)];
     out.stats[0] = status;
     out.stats[1] = static_cast<int32_t>(steps_);
     out.stats[2] = static_cast<int32_t>(accepted_);
@@ -681,6 +769,8 @@ class Integrator {
   int64_t ie_ = 0;  // next t_eval point
   int64_t steps_ = 0, accepted_ = 0, nfev_ = 0;
   int64_t seen_[kMaxEvents];
+  // Contiguous copies of a state and its derivative (kStride > 1).
+  T row_[kStride > 1 ? kStaticN : 1], f_row_[kStride > 1 ? kStaticN : 1];
 };
 
 }  // namespace dop853

@@ -9,6 +9,7 @@
 #define JAXEXT_KERNELS_LANES_H_
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "jaxext/kernels/platform.h"
@@ -51,6 +52,13 @@ struct Lanes {
     return Build([rows, i](int l) { return rows[l][i]; }, std::make_integer_sequence<int, L>());
   }
   JAXEXT_HD T operator[](int l) const { return v[l]; }
+  // L consecutive values in memory (any alignment), and back.
+  JAXEXT_HD static Lanes Load(const T* x) {
+    Lanes r;
+    std::memcpy(&r.v, x, sizeof(V));
+    return r;
+  }
+  JAXEXT_HD void Store(T* x) const { std::memcpy(x, &v, sizeof(V)); }
 
   JAXEXT_HD friend Lanes operator+(Lanes a, Lanes b) { return Of(a.v + b.v); }
   JAXEXT_HD friend Lanes operator-(Lanes a, Lanes b) { return Of(a.v - b.v); }
@@ -60,6 +68,13 @@ struct Lanes {
   JAXEXT_HD Lanes& operator+=(Lanes b) {
     v += b.v;
     return *this;
+  }
+  // a > b ? a : b lane by lane, as the scalar code spells max.
+  JAXEXT_HD static Lanes Max(Lanes a, Lanes b) { return Of(a.v > b.v ? a.v : b.v); }
+  JAXEXT_HD friend Lanes fabs(Lanes a) {  // one vector and (the sign bits cleared)
+    Lanes r;
+    for (int l = 0; l < L; ++l) r.v[l] = std::fabs(a.v[l]);
+    return r;
   }
   JAXEXT_HD friend Lanes sqrt(Lanes a) {  // one vector square root (-fno-math-errno)
     Lanes r;
