@@ -948,30 +948,58 @@ def test_gradients_with_unreached_rows_are_finite():
   assert g[1, 0] == pytest.approx(float(fd), rel=1e-5)
 
 
+def _bits(x):
+  x = np.asarray(x)
+  return x.view(f"i{x.itemsize}") if x.dtype.kind == "f" else x
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_simd_lanes_round_as_the_scalar_model(dtype):
-  """The CPU handler evaluates the built-in models for 8 trajectories at once in SIMD lanes; the
-  derivative run evaluates them one at a time in dual numbers (whose values round as plain
-  arithmetic). Same bits for every trajectory: lanes neither fuse multiply-adds nor change exp,
-  whichever lane (and idle lanes) a trajectory shares a vector with."""
-  rng = np.random.default_rng(7)
-  n = 37  # not a multiple of the lane count: partly idle vectors at the end
-  y0 = np.stack([circular_state(rng.uniform(130.0, 900.0), rng.uniform(0, np.pi),
-                                rng.uniform(0, 6), rng.uniform(0, 6)) for _ in range(n)])
-  b = rng.uniform(0.005, 0.05, (n, 1))
-  model = models.earth(j2=True, j3=True, j4=True, drag=True)  # the default 28-band atmosphere
-  run = lambda y: ode.dop853(model, y, (0.0, 20000.0), b.astype(dtype), rtol=1e-7, atol=1e-7,
-                             t_eval=np.linspace(0.0, 20000.0, 5).astype(dtype),
-                             events=[models.altitude_event(100.0)])
-  y0 = y0.astype(dtype)
-  plain = run(y0)
-  primal, _ = jax.jvp(run, (y0,), (np.ones_like(y0),))
+@pytest.mark.parametrize("n, params", [(37, 1), (3, 1), (21, 0), (13, 2)])
+def test_simd_lanes_round_as_the_scalar_model(dtype, n, params, monkeypatch):
+  """The CPU handler runs the built-in models 8 trajectories per SIMD vector (interleaved
+  integrators: stage sums, model, error norm), their sensitivities too (the model's dual-number
+  Jacobian in lanes); JAXEXT_ODE_SIMD=0 runs them one trajectory at a time in scalar code. Same
+  bits for every output, values and tangents: lanes neither fuse multiply-adds nor change exp,
+  whichever lane (and idle lanes) a trajectory shares a vector with. n = 3: fewer trajectories
+  than lanes; params: 0 (J2-J4, no drag), 1 (drag's B), 2 (an unused extra column: the scalar
+  sensitivities path in both runs)."""
+  rng = np.random.default_rng(7 + n)
+  altitudes = rng.uniform(130.0, 900.0, n)
+  altitudes[0] = 130.0  # decays within the run (with drag)
+  y0 = np.stack([circular_state(h, rng.uniform(0, np.pi), rng.uniform(0, 6), rng.uniform(0, 6))
+                 for h in altitudes]).astype(dtype)
+  b = rng.uniform(0.005, 0.05, (n, max(params, 1)))[:, :params].astype(dtype)
+  drag = params > 0
+  model = models.earth(j2=True, j3=True, j4=True, drag=drag)  # the default 28-band atmosphere
+  t1 = 20000.0 if drag else 3000.0
+  # Events: re-entry (terminal; without drag, descending through trajectory 0's start), and
+  # descending through trajectory 1's start (not terminal): J2's radial wobble crosses both.
+  start = lambda i: float(np.linalg.norm(y0[i, :3].astype(np.float64))) - models.EARTH_RADIUS
+  events = [models.altitude_event(100.0 if drag else start(0) - 0.01),
+            models.altitude_event(start(1) - 0.01, terminal=False)]
+  run = lambda y: ode.dop853(model, y, (0.0, t1), b if params else None, rtol=1e-7, atol=1e-7,
+                             t_eval=np.linspace(0.0, t1, 5).astype(dtype), events=events)
+  tangent = rng.standard_normal(y0.shape).astype(dtype)
+  names = ("ys", "y_final", "t_final", "n_rhs", "t_events", "y_events", "event_counts", "status")
+  results = {}
+  for simd in ("1", "0"):
+    monkeypatch.setenv("JAXEXT_ODE_SIMD", simd)
+    plain = run(y0)
+    primal, tangents = jax.jvp(run, (y0,), (tangent,))
+    results[simd] = (plain, primal, tangents)
+  plain = results["1"][0]
   assert np.asarray(plain.status).min() >= 0 and (np.asarray(plain.status) == 1).any()
-  for name in ("ys", "y_final", "t_final", "n_rhs", "t_events", "status"):
-    a, b = np.asarray(getattr(primal, name)), np.asarray(getattr(plain, name))
-    # Bit patterns (assert_array_equal would take -0 for +0; NaN slots compare as NaN bits).
-    np.testing.assert_array_equal(a.view(f"i{a.itemsize}"), b.view(f"i{b.itemsize}"),
-                                  err_msg=name)
+  assert np.asarray(plain.event_counts)[:, 1].max() > 0  # the non-terminal event was crossed
+  for name in names:
+    reference = _bits(getattr(results["0"][0], name))
+    for simd, which in (("1", 0), ("1", 1), ("0", 1)):
+      # Bit patterns (assert_array_equal would take -0 for +0; NaN slots compare as NaN bits).
+      np.testing.assert_array_equal(_bits(getattr(results[simd][which], name)), reference,
+                                    err_msg=f"{name} (JAXEXT_ODE_SIMD={simd}, output {which})")
+  for name in ("ys", "y_final", "t_final", "t_events", "y_events"):
+    lanes, scalar = getattr(results["1"][2], name), getattr(results["0"][2], name)
+    np.testing.assert_array_equal(_bits(lanes), _bits(scalar), err_msg=f"tangent of {name}")
+  assert np.isfinite(np.asarray(results["1"][2].y_final)).all()
 
 
 def test_gradient_of_air_at_rest_is_finite():

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,8 +39,8 @@ constexpr int kLanes = 8;
 // with -ffp-contract=off), so results do not depend on which lane a trajectory runs in, nor on
 // which of the per-CPU clones runs (glibc's exp, which may differ between CPUs, is the same in
 // both). The models do not depend on t. Per CPU, and a function of its own: inlined into the
-// (also per-CPU) lanes loop, the vector model measured 30% slower (82.7 against 64 us per
-// trajectory, LEO, tol 1e-9, one core).
+// (also per-CPU) lanes loop, the vector model measured 30% slower (when the lanes still gathered
+// their states for it: 82.7 against 64 us per trajectory, LEO, tol 1e-9, one core).
 template <typename T>
 using ModelLanes = Lanes<T, kLanes>;
 JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void ModelLanesF32(const orbit::Model<float>& model,
@@ -55,8 +56,33 @@ JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void ModelLanesF64(const orbit::Model<doubl
   model(0.0, y, p, f);
 }
 
+// The variational equations' right-hand side at kLanes stage points: f with df/dy S + [0 | df/dp]
+// (Variational's arithmetic, lane by lane), NP parameters per trajectory.
+template <typename T, int NP>
+inline __attribute__((always_inline)) void VariationalLanes(const orbit::Model<T>& model,
+                                                            const ModelLanes<T>* y,
+                                                            const ModelLanes<T>* p,
+                                                            ModelLanes<T>* f) {
+  constexpr int n = orbit::kStateSize;
+  ModelLanes<T> dfdy[n * n], dfdp[n * (NP > 0 ? NP : 1)];
+  model.Jacobian(T(0), y, p, NP, f, dfdy, dfdp);
+  dop853::Sensitivities<ModelLanes<T>>(n, NP, dfdy, dfdp, y + n, f + n);
+}
+#define JAXEXT_VARIATIONAL_LANES(T, NP, NAME)                                                 \
+  JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void NAME(const orbit::Model<T>& model,                \
+                                                 const ModelLanes<T>* y,                      \
+                                                 const ModelLanes<T>* p, ModelLanes<T>* f) { \
+    VariationalLanes<T, NP>(model, y, p, f);                                                  \
+  }
+JAXEXT_VARIATIONAL_LANES(float, 0, VariationalLanesF32P0)
+JAXEXT_VARIATIONAL_LANES(float, 1, VariationalLanesF32P1)
+JAXEXT_VARIATIONAL_LANES(double, 0, VariationalLanesF64P0)
+JAXEXT_VARIATIONAL_LANES(double, 1, VariationalLanesF64P1)
+#undef JAXEXT_VARIATIONAL_LANES
+
 template <typename T>
 struct ModelRhs {
+  static constexpr int kLaneState = orbit::kStateSize;
   const orbit::Model<T>* model;
   const T* p;
   // Flattened: the model inlined here, once, rather than called (4-8% faster in the lanes).
@@ -74,11 +100,20 @@ struct ModelRhs {
   }
 };
 
-// Right-hand sides that evaluate kLanes trajectories' stages at once (ModelRhs::EvalLanes).
+// Right-hand sides that evaluate kLanes trajectories' stages at once (ModelRhs::EvalLanes), and
+// the state size they integrate (0 for the others).
 template <typename Rhs, typename = void>
 struct EvaluatesLanes : std::false_type {};
 template <typename Rhs>
 struct EvaluatesLanes<Rhs, std::void_t<decltype(&Rhs::EvalLanes)>> : std::true_type {};
+template <typename Rhs>
+constexpr int LaneStateOf() {
+  if constexpr (EvaluatesLanes<Rhs>::value) {
+    return Rhs::kLaneState;
+  } else {
+    return 0;
+  }
+}
 
 template <typename T>
 struct UserRhs {
@@ -139,6 +174,21 @@ struct Variational {
   }
 };
 
+// The built-in model's variational equations (Variational with ModelJacobian) for kLanes
+// trajectories at once (EvalLanes), NP (0 or 1) parameters per trajectory.
+template <typename T, int NP>
+struct ModelVariational : Variational<T, ModelJacobian<T>> {
+  static constexpr int kLaneState = orbit::kStateSize * (1 + orbit::kStateSize + NP);
+  void EvalLanes(const ModelLanes<T>* y, const ModelLanes<T>* p, ModelLanes<T>* f) const {
+    const orbit::Model<T>& model = *this->jacobian.model;
+    if constexpr (std::is_same_v<T, float>) {
+      NP == 0 ? VariationalLanesF32P0(model, y, p, f) : VariationalLanesF32P1(model, y, p, f);
+    } else {
+      NP == 0 ? VariationalLanesF64P0(model, y, p, f) : VariationalLanesF64P1(model, y, p, f);
+    }
+  }
+};
+
 template <typename T>
 struct EventSet {
   int count = 0;
@@ -187,28 +237,49 @@ struct Attrs {
 // still takes its own steps, with the same arithmetic as alone: results do not depend on the
 // lanes.
 
-// Integrates trajectories j = (*next)++ while j < count, up to max_lanes (<= kLanes) at a time. `make_rhs(p, scratch)` gives
-// trajectory j's right-hand side (p: its parameters; scratch: 2 n^2 + 2 n np elements it may
-// use). With `sensitivities`, the state has n_aug = n + n (n + np) components, the sensitivities
-// starting from [I | 0], and the error is controlled on the first n only (the steps are those of
-// the state alone).
+// One call's trajectories and where their results go, for the workers (RunLanes). With
+// sensitivities the state has n_aug = n + n (n + np) components, else n_aug = n.
+template <typename T>
+struct Job {
+  std::atomic<int64_t>* next;  // the next trajectory to take
+  int64_t count, max_lanes;
+  const Attrs* attrs;
+  const EventSet<T>* events;
+  int64_t n, np, n_aug, m, kslots;
+  const T *y0, *params, *span, *t_eval;
+  T *ys, *t_final, *y_final;
+  int32_t* stats;
+  T *t_events, *y_events;
+  int32_t* counts;
+};
+
+// Integrates trajectories j = (*next)++ while j < count, up to max_lanes (<= kLanes) at a time.
+// `make_rhs(p, scratch)` gives trajectory j's right-hand side (p: its parameters; scratch:
+// 2 n^2 + 2 n np elements it may use). With sensitivities, they start from [I | 0], and the error
+// is controlled on the first n components only (the steps are those of the state alone).
 template <typename T, typename MakeRhs>
-ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes, const Attrs& a,
-                    MakeRhs make_rhs,
-                    const EventSet<T>& events_proto, int64_t n, int64_t np, int64_t n_aug,
-                    int64_t m, int64_t kslots, const T* y0, const T* params, const T* span,
-                    const T* t_eval, T* ys, T* t_final, T* y_final, int32_t* stats, T* t_events,
-                    T* y_events, int32_t* counts) {
+ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
+  std::atomic<int64_t>* const next = job.next;
+  const int64_t count = job.count, max_lanes = job.max_lanes;
+  const Attrs& a = *job.attrs;
+  const EventSet<T>& events_proto = *job.events;
+  const int64_t n = job.n, np = job.np, n_aug = job.n_aug, m = job.m, kslots = job.kslots;
+  const T *y0 = job.y0, *params = job.params, *span = job.span, *t_eval = job.t_eval;
+  T *ys = job.ys, *t_final = job.t_final, *y_final = job.y_final;
+  T *t_events = job.t_events, *y_events = job.y_events;
+  int32_t *stats = job.stats, *counts = job.counts;
   using Rhs = decltype(make_rhs(params, static_cast<T*>(nullptr)));
-  // The built-in models (lanes evaluated at once) integrate 6 components: known at compile time.
+  // The built-in models (lanes evaluated at once) integrate a state size known at compile time
+  // (6, or 6 with its sensitivities), the error controlled on its first 6 components.
   constexpr bool kVector = EvaluatesLanes<Rhs>::value;
-  constexpr int kStaticN = kVector ? orbit::kStateSize : 0;
-  using Integrator = dop853::Integrator<T, Rhs, EventSet<T>, kStaticN, kVector ? kLanes : 1>;
+  constexpr int kStaticN = LaneStateOf<Rhs>();
+  using Integrator = dop853::Integrator<T, Rhs, EventSet<T>, kStaticN, kVector ? kLanes : 1,
+                                        kVector ? orbit::kStateSize : 0>;
   constexpr int32_t kRunning = Integrator::kRunning;
-  if (kStaticN > 0 && (n != kStaticN || n_aug != kStaticN)) {
+  if (kVector && (n != orbit::kStateSize || n_aug != kStaticN)) {
     return ffi::Error(ffi::ErrorCode::kInternal,
-                      "jaxext.ode.dop853: the built-in models' lanes integrate 6 "
-                      "components without sensitivities");
+                      "jaxext.ode.dop853: the built-in models' lanes got a state of the "
+                      "wrong size");
   }
   const int64_t n_events = events_proto.count;
   std::vector<T> tol(2 * n);
@@ -220,7 +291,8 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
                                      a.max_steps};
   const int64_t cols = n + np;
   const int64_t scratch_size = 2 * n * n + 2 * n * std::max<int64_t>(np, 1);
-  // One lane: the integrator of its current trajectory j, with what it refers to.
+  // One lane: the integrator of its current trajectory j, with what it refers to (its workspace
+  // in `work`, or with vectors its share of `interleaved`).
   struct Lane {
     std::vector<T> work, scratch, start;
     Rhs rhs;
@@ -295,6 +367,13 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
   for (int k = 0; k < lanes; ++k) {
     if (!fill(k, &err)) return err;
   }
+  if constexpr (kVector) {
+    // Lanes that never take a trajectory compute lane 0's first stages (with h = 0) rather than
+    // zeros, whose divisions by r = 0 would raise floating-point exceptions for nothing.
+    for (int64_t e = 0; e < work_size; ++e) {
+      for (int k = lanes; k < kLanes; ++k) interleaved[e * kLanes + k] = interleaved[e * kLanes];
+    }
+  }
   // Stages S..kStages of every busy lane, lane after lane within each stage, or as vectors of
   // all lanes (step sizes h, parameters p; idle lanes compute with h = 0, and nothing reads
   // what they compute).
@@ -302,6 +381,7 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
   auto stages = [&](auto self, auto stage, const V& h, const V& p) -> int64_t {
     constexpr int S = decltype(stage)::value;
     if constexpr (kVector) {
+      // Every lane's right-hand side is the same model (lane 0's), with each lane's p.
       Integrator::template StageLanes<S>(integrators.data(), h, [&](const V* y, V* f) {
         lane[0].rhs.EvalLanes(y, &p, f);
       });
@@ -323,19 +403,25 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
     bool busy = false;
     for (int k = 0; k < lanes; ++k) busy = busy || lane[k].j >= 0;
     if (!busy) break;
-    T h[kLanes] = {}, norms[kLanes];
+    T norms[kVector ? kLanes : 1];
     if constexpr (kVector) {
+      T h[kLanes] = {};
       for (int k = 0; k < lanes; ++k) h[k] = lane[k].j >= 0 ? integrators[k].StepSize() : T(0);
-    }
-    const V hv = V::FromArray(h), pv = V::FromArray(lane_p);
-    if (const int64_t j = stages(stages, std::integral_constant<int, 1>(), hv, pv); j >= 0) {
+      const V hv = V::FromArray(h), pv = V::FromArray(lane_p);
+      stages(stages, std::integral_constant<int, 1>(), hv, pv);  // (the models cannot fail)
+      Integrator::ErrorNormLanes(integrators.data(), hv, norms);
+    } else if (const int64_t j = stages(stages, std::integral_constant<int, 1>(), V(), V());
+               j >= 0) {
       return failed(j);
     }
-    if constexpr (kVector) Integrator::ErrorNormLanes(integrators.data(), hv, norms);
     for (int k = 0; k < lanes; ++k) {
       if (lane[k].j < 0) continue;
-      int32_t status = kVector ? integrators[k].Conclude(lane[k].out, norms[k])
-                               : integrators[k].Conclude(lane[k].out);
+      int32_t status;
+      if constexpr (kVector) {
+        status = integrators[k].Conclude(lane[k].out, norms[k]);
+      } else {
+        status = integrators[k].Conclude(lane[k].out);
+      }
       if (status == kRunning) status = integrators[k].Attempt(lane[k].out);
       if (status == kRunning) continue;
       if (status == dop853::kCallbackFailed) return failed(lane[k].j);
@@ -345,27 +431,51 @@ ffi::Error RunLanes(std::atomic<int64_t>* next, int64_t count, int64_t max_lanes
   return ffi::Error::Success();
 }
 
-// The built-in models' lanes (ModelRhs), compiled per CPU (clones.h) so that the integrator's
-// loops over the 6 components use the widest vectors; the same arithmetic in every clone
-// (-ffp-contract=off: no fused multiply-adds).
+// The built-in models' lanes (ModelRhs, ModelVariational), compiled per CPU (clones.h) so that
+// the lanes' vectors are the widest the CPU has (AVX-512: 8 doubles, one register); the same
+// arithmetic in every clone (-ffp-contract=off: no fused multiply-adds).
 template <typename T>
 struct MakeModelRhs {
   const orbit::Model<T>* model;
   ModelRhs<T> operator()(const T* p, T*) const { return ModelRhs<T>{model, p}; }
 };
-#define JAXEXT_MODEL_LANES(T, NAME)                                                               \
-  JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN ffi::Error NAME(                                           \
-      std::atomic<int64_t>* next, int64_t count, int64_t max_lanes, const Attrs& a,               \
-      MakeModelRhs<T> make_rhs, const EventSet<T>& events, int64_t n, int64_t np, int64_t n_aug,  \
-      int64_t m, int64_t kslots, const T* y0, const T* params, const T* span, const T* t_eval,    \
-      T* ys, T* t_final, T* y_final, int32_t* stats, T* t_events, T* y_events, int32_t* counts) { \
-    return RunLanes<T>(next, count, max_lanes, a, make_rhs, events, n, np, n_aug, m, kslots, y0,  \
-                       params, span, t_eval, ys, t_final, y_final, stats, t_events, y_events,     \
-                       counts);                                                                   \
+template <typename T, int NP>
+struct MakeModelVariational {
+  const orbit::Model<T>* model;
+  int64_t n, np;
+  ModelVariational<T, NP> operator()(const T* p, T* scratch) const {
+    return ModelVariational<T, NP>{
+        {ModelJacobian<T>{model, p, np}, n, np, scratch, scratch + n * n}};
   }
-JAXEXT_MODEL_LANES(float, RunModelLanesF32)
-JAXEXT_MODEL_LANES(double, RunModelLanesF64)
+};
+#define JAXEXT_MODEL_LANES(T, MAKER, NAME)                                   \
+  JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN ffi::Error NAME(const Job<T>& job, MAKER make_rhs) { \
+    return RunLanes<T>(job, make_rhs);                                       \
+  }
+JAXEXT_MODEL_LANES(float, MakeModelRhs<float>, RunModelLanesF32)
+JAXEXT_MODEL_LANES(double, MakeModelRhs<double>, RunModelLanesF64)
+using MakeVariationalF32P0 = MakeModelVariational<float, 0>;
+using MakeVariationalF32P1 = MakeModelVariational<float, 1>;
+using MakeVariationalF64P0 = MakeModelVariational<double, 0>;
+using MakeVariationalF64P1 = MakeModelVariational<double, 1>;
+JAXEXT_MODEL_LANES(float, MakeVariationalF32P0, RunVariationalLanesF32P0)
+JAXEXT_MODEL_LANES(float, MakeVariationalF32P1, RunVariationalLanesF32P1)
+JAXEXT_MODEL_LANES(double, MakeVariationalF64P0, RunVariationalLanesF64P0)
+JAXEXT_MODEL_LANES(double, MakeVariationalF64P1, RunVariationalLanesF64P1)
 #undef JAXEXT_MODEL_LANES
+
+// The built-in models one trajectory per lane, in scalar code (JAXEXT_ODE_SIMD=0: same results;
+// for comparisons and debugging).
+template <typename T, typename Rhs>
+struct ScalarRhs {
+  Rhs rhs;
+  bool operator()(T t, const T* y, T* f) const { return rhs(t, y, f); }
+};
+
+bool SimdLanesEnabled() {
+  const char* flag = std::getenv("JAXEXT_ODE_SIMD");
+  return flag == nullptr || std::string_view(flag) != "0";
+}
 
 template <typename T>
 ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer params,
@@ -457,35 +567,46 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
   auto next = std::make_shared<std::atomic<int64_t>>(0);
   const int64_t workers = std::min<int64_t>(pool.num_threads() + 1, count);
   const int64_t max_lanes = std::min<int64_t>(kLanes, (count + workers - 1) / workers);
+  const bool simd = SimdLanesEnabled();
+  // The workers run after this function returns: what they point to is the lambda's own copy.
   return ParallelForDynamic(pool, workers, 1, [=](int64_t, int64_t) {
-    auto run = [&](auto make_rhs) {
-      return RunLanes<T>(next.get(), count, max_lanes, a, make_rhs, events, n, np, n_aug, m,
-                         kslots, y0p, pp, sp, tp, ysp, tfp, yfp, stp, tep, yep, cp);
-    };
+    const Job<T> job{next.get(), count, max_lanes, &a,  &events, n,   np,  n_aug, m,  kslots,
+                     y0p,        pp,    sp,        tp,  ysp,     tfp, yfp, stp,   tep, yep, cp};
     const orbit::Model<T>* mp = &model;
+    constexpr bool f32 = std::is_same_v<T, float>;
     if (!sensitivities) {
-      if (user == nullptr) {
-        if constexpr (std::is_same_v<T, float>) {
-          return RunModelLanesF32(next.get(), count, max_lanes, a, MakeModelRhs<T>{mp}, events, n,
-                                  np, n_aug, m, kslots, y0p, pp, sp, tp, ysp, tfp, yfp, stp, tep,
-                                  yep, cp);
-        } else {
-          return RunModelLanesF64(next.get(), count, max_lanes, a, MakeModelRhs<T>{mp}, events, n,
-                                  np, n_aug, m, kslots, y0p, pp, sp, tp, ysp, tfp, yfp, stp, tep,
-                                  yep, cp);
-        }
+      if (user != nullptr) {
+        return RunLanes(job, [user](const T* p, T*) { return UserRhs<T>{user, p}; });
       }
-      return run([user](const T* p, T*) { return UserRhs<T>{user, p}; });
+      if (!simd) {
+        return RunLanes(job, [mp](const T* p, T*) {
+          return ScalarRhs<T, ModelRhs<T>>{ModelRhs<T>{mp, p}};
+        });
+      }
+      if constexpr (f32) {
+        return RunModelLanesF32(job, MakeModelRhs<T>{mp});
+      } else {
+        return RunModelLanesF64(job, MakeModelRhs<T>{mp});
+      }
     }
-    if (user == nullptr) {
-      return run([mp, n, np](const T* p, T* scratch) {
-        return Variational<T, ModelJacobian<T>>{ModelJacobian<T>{mp, p, np}, n, np, scratch,
-                                                scratch + n * n};
+    if (user != nullptr) {
+      return RunLanes(job, [user, user_jacobian, n, np](const T* p, T* scratch) {
+        return Variational<T, UserJacobian<T>>{UserJacobian<T>{user, user_jacobian, p, n, np}, n,
+                                               np, scratch, scratch + n * n};
       });
     }
-    return run([user, user_jacobian, n, np](const T* p, T* scratch) {
-      return Variational<T, UserJacobian<T>>{UserJacobian<T>{user, user_jacobian, p, n, np}, n,
-                                             np, scratch, scratch + n * n};
+    if (simd && np <= 1) {
+      if constexpr (f32) {
+        return np == 0 ? RunVariationalLanesF32P0(job, {mp, n, np})
+                       : RunVariationalLanesF32P1(job, {mp, n, np});
+      } else {
+        return np == 0 ? RunVariationalLanesF64P0(job, {mp, n, np})
+                       : RunVariationalLanesF64P1(job, {mp, n, np});
+      }
+    }
+    return RunLanes(job, [mp, n, np](const T* p, T* scratch) {
+      return Variational<T, ModelJacobian<T>>{ModelJacobian<T>{mp, p, np}, n, np, scratch,
+                                              scratch + n * n};
     });
   });
 }

@@ -203,9 +203,12 @@ JAXEXT_HD_FUNC void Sensitivities(int64_t n, int64_t np, const T* dfdy, const T*
 // kStride > 1 (needs kStaticN): the workspace's elements lie kStride apart, kStride integrators'
 // workspaces interleaved (the l-th at work + l), which StageLanes and ErrorNormLanes advance as
 // SIMD lanes; rhs and events still see contiguous states (copied through a row of kStaticN).
-template <typename T, typename Rhs, typename Events, int kStaticN = 0, int kStride = 1>
+// kStaticNControl: n_control known at compile time (kStaticN by default; 0: not known).
+template <typename T, typename Rhs, typename Events, int kStaticN = 0, int kStride = 1,
+          int kStaticNControl = kStaticN>
 class Integrator {
-  static_assert(kStride == 1 || kStaticN > 0, "interleaved workspaces need a static state size");
+  static_assert(kStride == 1 || (kStaticN > 0 && kStaticNControl > 0),
+                "interleaved workspaces need static sizes");
 
  public:
   JAXEXT_HD_FUNC Integrator(Rhs& rhs, Events& events, int n, int n_control,
@@ -320,7 +323,7 @@ class Integrator {
     static_assert(kStride == 1, "interleaved integrators advance through StageLanes");
     T* state = S < kStages ? tmp_ : y_new_;
     StageState<S>(y_, h_try_, state);
-    return Eval(t_ + T(kC[S]) * h_try_, state, k_ + S * N());
+    return Eval(t_ + T(kC[S]) * h_try_, state, k_ + At(S * N()));
   }
 
   // Stages S..kStages in order.
@@ -336,7 +339,9 @@ class Integrator {
 
   // After the stages: the error norm; a rejected attempt shrinks the step (Attempt retries), an
   // accepted one moves on (events, t_eval points, FSAL).
-  JAXEXT_HD_FUNC int32_t Conclude(const Outputs<T>& out) { return Conclude(out, ErrorNorm(h_try_)); }
+  JAXEXT_HD_FUNC int32_t Conclude(const Outputs<T>& out) {
+    return Conclude(out, ErrorNorm(h_try_));
+  }
 
   // Conclude with the attempt's error norm already computed (ErrorNormLanes).
   JAXEXT_HD_FUNC int32_t Conclude(const Outputs<T>& out, const T err) {
@@ -399,9 +404,10 @@ class Integrator {
   // The size of the attempt under way (after Attempt returned kRunning).
   JAXEXT_HD T StepSize() const { return h_try_; }
 
-  // SIMD lanes: `lanes` points to kStride integrators whose workspaces interleave (kStride > 1),
-  // lane l's step size h[l] (0 for a lane without a trajectory: its values are then never read).
-  // V: kStride values of T (jaxext/kernels/lanes.h' Lanes), lane by lane as T rounds.
+  // SIMD lanes: `lanes` points to kStride integrators whose workspaces interleave (kStride > 1:
+  // lane l's at lanes[0]'s + l) and whose settings (tolerances) are the same; h[l]: lane l's
+  // step size (0 for a lane without a trajectory: its values are then never read).
+  // V: kStride values of T (jaxext/kernels/lanes.h's Lanes), lane by lane as T rounds.
 
   // Stage S of every lane (1 <= S <= kStages), as Stage<S> does for one: the stage states are
   // formed as vectors and `rhs(const V* y, V* dydt)` evaluates the kStaticN components of all
@@ -434,7 +440,7 @@ class Integrator {
     constexpr int n = kStaticN;
     const Integrator& first = lanes[0];
     V e5 = T(0), e3 = T(0);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < kStaticNControl; ++i) {
       const V a = fabs(V::Load(first.y_ + At(i))), b = fabs(V::Load(first.y_new_ + At(i)));
       const V scale = V(first.s_.atol[i]) + V::Max(a, b) * V(first.s_.rtol[i]);
       V s5 = T(0), s3 = T(0);
@@ -449,7 +455,7 @@ class Integrator {
       e5 += s5 * s5;
       e3 += s3 * s3;
     }
-    for (int l = 0; l < kStride; ++l) err[l] = NormOf(h[l], e5[l], e3[l], n);
+    for (int l = 0; l < kStride; ++l) err[l] = NormOf(h[l], e5[l], e3[l], kStaticNControl);
   }
 
  private:
@@ -467,7 +473,7 @@ class Integrator {
   }
 
   JAXEXT_HD int N() const { return kStaticN > 0 ? kStaticN : n_; }
-  JAXEXT_HD int NC() const { return kStaticN > 0 ? kStaticN : nc_; }
+  JAXEXT_HD int NC() const { return kStaticNControl > 0 ? kStaticNControl : nc_; }
 
   JAXEXT_HD bool Eval(T t, const T* y, T* f) {
     ++nfev_;

@@ -169,13 +169,22 @@ JAXEXT_HD bool operator!=(const Dual<T, K>& a, DualScalar<Dual<T, K>> b) { retur
 template <typename T, int K>
 JAXEXT_HD bool operator!=(DualScalar<Dual<T, K>> a, const Dual<T, K>& b) { return a != b.v; }
 
+// 0.5 / x where x > 0, else 0 (lane by lane for jaxext/kernels/lanes.h's Lanes, which defines
+// its own).
+template <typename T>
+JAXEXT_HD T HalfInverseOfPositive(T x) {
+  return x > T(0) ? T(0.5) / x : T(0);
+}
+
+// T: float, double, or SIMD lanes of them (jaxext/kernels/lanes.h; their sqrt and exp are found
+// by argument-dependent lookup).
 template <typename T, int K>
 JAXEXT_HD Dual<T, K> sqrt(const Dual<T, K>& a) {
   Dual<T, K> r;
-  r.v = std::sqrt(a.v);
+  r.v = sqrt(a.v);
   // At 0 the derivative is taken as 0: the models use sqrt for norms |v| that only enter as
   // |v| v, smooth with zero derivative there (air at rest relative to the object).
-  const T half_inv = r.v > T(0) ? T(0.5) / r.v : T(0);
+  const T half_inv = HalfInverseOfPositive(r.v);
   for (int k = 0; k < K; ++k) r.d[k] = a.d[k] * half_inv;
   return r;
 }
@@ -183,7 +192,7 @@ JAXEXT_HD Dual<T, K> sqrt(const Dual<T, K>& a) {
 template <typename T, int K>
 JAXEXT_HD Dual<T, K> exp(const Dual<T, K>& a) {
   Dual<T, K> r;
-  r.v = std::exp(a.v);
+  r.v = exp(a.v);
   for (int k = 0; k < K; ++k) r.d[k] = a.d[k] * r.v;
   return r;
 }
@@ -192,6 +201,12 @@ template <typename T>
 JAXEXT_HD T Value(T x) { return x; }
 template <typename T, int K>
 JAXEXT_HD T Value(const Dual<T, K>& x) { return x.v; }
+
+// Dual numbers of SIMD lanes carry as many independent values as their lanes.
+template <typename T, int K>
+struct LaneCount<Dual<T, K>> {
+  static constexpr int value = LaneCount<T>::value;
+};
 
 }  // namespace jaxext
 

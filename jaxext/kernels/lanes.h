@@ -1,9 +1,11 @@
 // SIMD lanes: L values of T side by side as one GCC vector, with the arithmetic the math headers'
-// generic code uses (+ - * /, sqrt), so that a function written for a scalar type evaluates L
-// independent problems at once (jaxext/cpu/ode_cpu.cc: the built-in orbit models for L
-// trajectories). Each lane rounds exactly as plain T: these are IEEE operations lane by lane.
-// What is not one vector operation (orbit.h's table lookup and exp) is written per lane by the
-// math header, through LaneCount (platform.h). Compile users with -ffp-contract=off so that no
+// generic code uses (+ - * /, sqrt, fabs, a max, exp lane by lane), so that a function written
+// for a scalar type evaluates L independent problems at once: the built-in orbit models and their
+// dual-number Jacobians for L trajectories (jaxext/cpu/ode_cpu.cc), and dop853.h's stage sums and
+// error norms of L interleaved integrators (StageLanes, ErrorNormLanes; Load and Store move L
+// consecutive values). Each lane rounds exactly as plain T: these are IEEE operations lane by
+// lane. What is not one vector operation (orbit.h's table lookup) is written per lane by the math
+// header, through LaneCount (platform.h). Compile users with -ffp-contract=off so that no
 // multiply-add is fused in the vector code where the scalar code has none. Host compilers only.
 #ifndef JAXEXT_KERNELS_LANES_H_
 #define JAXEXT_KERNELS_LANES_H_
@@ -42,14 +44,11 @@ struct Lanes {
     r.v = x;
     return r;
   }
-  // The lanes x[0], ..., x[L - 1], and rows[0][i], ..., rows[L - 1][i], built in registers
+  // The lanes x[0], ..., x[L - 1], built in registers
   // (writing lanes one by one into a vector in memory and then loading it whole stalls on
   // store-to-load forwarding).
   JAXEXT_HD static Lanes FromArray(const T* x) {
     return Build([x](int l) { return x[l]; }, std::make_integer_sequence<int, L>());
-  }
-  JAXEXT_HD static Lanes Gather(const T* const* rows, int i) {
-    return Build([rows, i](int l) { return rows[l][i]; }, std::make_integer_sequence<int, L>());
   }
   JAXEXT_HD T operator[](int l) const { return v[l]; }
   // L consecutive values in memory (any alignment), and back.
@@ -71,10 +70,19 @@ struct Lanes {
   }
   // a > b ? a : b lane by lane, as the scalar code spells max.
   JAXEXT_HD static Lanes Max(Lanes a, Lanes b) { return Of(a.v > b.v ? a.v : b.v); }
-  JAXEXT_HD friend Lanes fabs(Lanes a) {  // one vector and (the sign bits cleared)
+  JAXEXT_HD friend Lanes fabs(Lanes a) {  // the sign bits cleared
     Lanes r;
     for (int l = 0; l < L; ++l) r.v[l] = std::fabs(a.v[l]);
     return r;
+  }
+  JAXEXT_HD friend Lanes exp(Lanes a) {  // glibc's exp lane by lane (no vector exp)
+    Lanes r;
+    for (int l = 0; l < L; ++l) r.v[l] = std::exp(a.v[l]);
+    return r;
+  }
+  // dual.h's derivative of sqrt: 0.5 / x where x > 0, else 0.
+  JAXEXT_HD friend Lanes HalfInverseOfPositive(Lanes x) {
+    return Of(x.v > T(0) ? T(0.5) / x.v : V{});
   }
   JAXEXT_HD friend Lanes sqrt(Lanes a) {  // one vector square root (-fno-math-errno)
     Lanes r;

@@ -66,29 +66,34 @@ struct Model {
   // Parameters each trajectory needs (B for drag).
   JAXEXT_HD int num_params() const { return drag ? 1 : 0; }
 
-  // S: T, jaxext::Dual<T, K> for the Jacobian (jaxext/kernels/dual.h), or SIMD lanes of T
-  // (jaxext/kernels/lanes.h: each lane its own band and std::exp, so each rounds as in plain T).
+  // S: T, jaxext::Dual<T, K> for the Jacobian (jaxext/kernels/dual.h), SIMD lanes of T
+  // (jaxext/kernels/lanes.h: each lane its own band and std::exp, so each rounds as in plain T),
+  // or dual numbers of SIMD lanes.
   template <typename S>
   JAXEXT_HD S Density(const S& altitude) const {
     if constexpr (LaneCount<S>::value > 1) {
       // Each lane's band as the number of bases above the first at or below its altitude (the
-      // bases ascend: Decode checks), counted branch-free over all lanes at once; then each
-      // lane's exp as in plain T.
+      // bases ascend: Decode checks), counted branch-free over all lanes at once; then the
+      // scalar formula with each lane's band constants (exp lane by lane).
       constexpr int L = LaneCount<S>::value;
-      T h[L], above[L], rho[L];
+      using Vector = decltype(Value(altitude));  // the lanes of T (of S's values)
+      const Vector value = Value(altitude);
+      T h[L], above[L], base[L], rho_base[L], inv_height[L];
       for (int l = 0; l < L; ++l) {
-        h[l] = altitude[l];
+        h[l] = value[l];
         above[l] = 0;
       }
       for (int b = 1; b < bands; ++b) {
         for (int l = 0; l < L; ++l) above[l] += h0[b] <= h[l] ? T(1) : T(0);
       }
-      using std::exp;
       for (int l = 0; l < L; ++l) {
         const int b = static_cast<int>(above[l]);
-        rho[l] = rho0[b] * exp((h0[b] - h[l]) * inv_scale_height[b]);
+        base[l] = h0[b];
+        rho_base[l] = rho0[b];
+        inv_height[l] = inv_scale_height[b];
       }
-      return S::FromArray(rho);
+      return Vector::FromArray(rho_base) *
+             exp((Vector::FromArray(base) - altitude) * Vector::FromArray(inv_height));
     } else {
       using std::exp;
       int b = 0;
@@ -151,17 +156,21 @@ struct Model {
 
   // f, df/dy (6 x 6) and df/dp (6 x np) at (t, y; p), row-major, exact: the model evaluated on
   // dual numbers (its values round as in plain T). Only parameter 0 (B) enters the models.
-  JAXEXT_HD_FUNC void Jacobian(T t, const T* y, const T* p, int64_t np, T* f, T* dfdy,
-                               T* dfdp) const {
-    using D = Dual<T, kStateSize + 1>;
+  // S: T, or SIMD lanes of T (several trajectories' Jacobians at once, each as in plain T).
+  template <typename S>
+  JAXEXT_HD_FUNC void Jacobian(T t, const S* y, const S* p, int64_t np, S* f, S* dfdy,
+                               S* dfdp) const {
+    using D = Dual<S, kStateSize + 1>;
     D yd[kStateSize], pd[1], fd[kStateSize];
     for (int i = 0; i < kStateSize; ++i) yd[i] = D::Variable(y[i], i);
-    pd[0] = np > 0 ? D::Variable(p[0], kStateSize) : D(T(0));
+    pd[0] = np > 0 ? D::Variable(p[0], kStateSize) : D(S(T(0)));
     (*this)(t, yd, pd, fd);
     for (int i = 0; i < kStateSize; ++i) {
       f[i] = fd[i].v;
       for (int k = 0; k < kStateSize; ++k) dfdy[i * kStateSize + k] = fd[i].d[k];
-      for (int64_t c = 0; c < np; ++c) dfdp[i * np + c] = c == 0 ? fd[i].d[kStateSize] : T(0);
+      for (int64_t c = 0; c < np; ++c) {
+        dfdp[i * np + c] = c == 0 ? fd[i].d[kStateSize] : S(T(0));
+      }
     }
   }
 };
