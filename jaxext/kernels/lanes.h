@@ -76,9 +76,9 @@ struct Lanes {
     return r;
   }
   JAXEXT_HD friend Lanes exp(Lanes a) {  // glibc's exp lane by lane (no vector exp)
-    Lanes r;
-    for (int l = 0; l < L; ++l) r.v[l] = std::exp(a.v[l]);
-    return r;
+    T e[L];
+    for (int l = 0; l < L; ++l) e[l] = std::exp(a.v[l]);
+    return FromArray(e);
   }
   // dual.h's derivative of sqrt: 0.5 / x where x > 0, else 0.
   JAXEXT_HD friend Lanes HalfInverseOfPositive(Lanes x) {

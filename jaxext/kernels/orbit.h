@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "jaxext/kernels/dual.h"
 #include "jaxext/kernels/platform.h"
@@ -74,7 +75,9 @@ struct Model {
     if constexpr (LaneCount<S>::value > 1) {
       // Each lane's band as the number of bases above the first at or below its altitude (the
       // bases ascend: Decode checks), counted branch-free over all lanes at once; then the
-      // scalar formula with each lane's band constants (exp lane by lane).
+      // scalar formula with each lane's band constants: lane by lane for plain lanes (measured
+      // 10% faster for the whole integration than vector arithmetic around a per-lane exp), as
+      // vectors for dual numbers of lanes.
       constexpr int L = LaneCount<S>::value;
       using Vector = decltype(Value(altitude));  // the lanes of T (of S's values)
       const Vector value = Value(altitude);
@@ -92,8 +95,16 @@ struct Model {
         rho_base[l] = rho0[b];
         inv_height[l] = inv_scale_height[b];
       }
-      return Vector::FromArray(rho_base) *
-             exp((Vector::FromArray(base) - altitude) * Vector::FromArray(inv_height));
+      if constexpr (std::is_same_v<S, Vector>) {
+        T rho[L];
+        for (int l = 0; l < L; ++l) {
+          rho[l] = rho_base[l] * std::exp((base[l] - h[l]) * inv_height[l]);
+        }
+        return S::FromArray(rho);
+      } else {
+        return Vector::FromArray(rho_base) *
+               exp((Vector::FromArray(base) - altitude) * Vector::FromArray(inv_height));
+      }
     } else {
       using std::exp;
       int b = 0;
