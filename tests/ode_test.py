@@ -962,7 +962,8 @@ def test_simd_lanes_round_as_the_scalar_model(dtype, n, params, monkeypatch):
   bits for every output, values and tangents: lanes neither fuse multiply-adds nor change exp,
   whichever lane (and idle lanes) a trajectory shares a vector with. n = 3: fewer trajectories
   than lanes; params: 0 (J2-J4, no drag), 1 (drag's B), 2 (an unused extra column: the scalar
-  sensitivities path in both runs)."""
+  sensitivities path in both runs). (NaN payloads aside: no output here is NaN but unfilled
+  slots, which both paths leave as the same quiet NaN.)"""
   rng = np.random.default_rng(7 + n)
   altitudes = rng.uniform(130.0, 900.0, n)
   altitudes[0] = 130.0  # decays within the run (with drag)
@@ -981,11 +982,18 @@ def test_simd_lanes_round_as_the_scalar_model(dtype, n, params, monkeypatch):
                              t_eval=np.linspace(0.0, t1, 5).astype(dtype), events=events)
   tangent = rng.standard_normal(y0.shape).astype(dtype)
   names = ("ys", "y_final", "t_final", "n_rhs", "t_events", "y_events", "event_counts", "status")
+  from jaxext.cpu import _cpu_ops  # noqa: PLC0415 (the counter of lane runs)
   results = {}
   for simd in ("1", "0"):
-    monkeypatch.setenv("JAXEXT_ODE_SIMD", simd)
-    plain = run(y0)
-    primal, tangents = jax.jvp(run, (y0,), (tangent,))
+    monkeypatch.setenv("JAXEXT_ODE_SIMD", simd)  # read by the handler when it runs
+    before = _cpu_ops.ode_simd_lane_runs()
+    plain = jax.block_until_ready(run(y0))
+    after_plain = _cpu_ops.ode_simd_lane_runs()
+    primal, tangents = jax.block_until_ready(jax.jvp(run, (y0,), (tangent,)))
+    after_jvp = _cpu_ops.ode_simd_lane_runs()
+    # The lanes ran when asked (the sensitivities with one parameter at most), never otherwise.
+    assert (after_plain > before) == (simd == "1"), (simd, before, after_plain)
+    assert (after_jvp > after_plain) == (simd == "1" and params <= 1), (simd, params)
     results[simd] = (plain, primal, tangents)
   plain = results["1"][0]
   assert np.asarray(plain.status).min() >= 0 and (np.asarray(plain.status) == 1).any()

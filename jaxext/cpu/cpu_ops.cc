@@ -59,5 +59,6 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::cpu::RegisterNativeFunction(id, address);
       },
       py::arg("function_id"), py::arg("address"));
+  m.def("ode_simd_lane_runs", &jaxext::cpu::OdeSimdLaneRuns);
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 }

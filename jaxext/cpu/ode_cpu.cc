@@ -34,6 +34,8 @@ using NativeEvent = T (*)(T, const T*, const T*, int32_t*);
 // models' evaluation across them.
 constexpr int kLanes = 8;
 
+std::atomic<int64_t> simd_lane_runs{0};  // OdeSimdLaneRuns
+
 // The built-in model at kLanes stage points (one per trajectory, p: their parameters) as SIMD
 // lanes (jaxext/kernels/lanes.h). Each lane rounds as the scalar model does (the library is built
 // with -ffp-contract=off), so results do not depend on which lane a trajectory runs in, nor on
@@ -181,10 +183,14 @@ struct ModelVariational : Variational<T, ModelJacobian<T>> {
   static constexpr int kLaneState = orbit::kStateSize * (1 + orbit::kStateSize + NP);
   void EvalLanes(const ModelLanes<T>* y, const ModelLanes<T>* p, ModelLanes<T>* f) const {
     const orbit::Model<T>& model = *this->jacobian.model;
-    if constexpr (std::is_same_v<T, float>) {
-      NP == 0 ? VariationalLanesF32P0(model, y, p, f) : VariationalLanesF32P1(model, y, p, f);
+    if constexpr (std::is_same_v<T, float> && NP == 0) {
+      VariationalLanesF32P0(model, y, p, f);
+    } else if constexpr (std::is_same_v<T, float>) {
+      VariationalLanesF32P1(model, y, p, f);
+    } else if constexpr (NP == 0) {
+      VariationalLanesF64P0(model, y, p, f);
     } else {
-      NP == 0 ? VariationalLanesF64P0(model, y, p, f) : VariationalLanesF64P1(model, y, p, f);
+      VariationalLanesF64P1(model, y, p, f);
     }
   }
 };
@@ -281,6 +287,7 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
                       "jaxext.ode.dop853: the built-in models' lanes got a state of the "
                       "wrong size");
   }
+  if constexpr (kVector) simd_lane_runs.fetch_add(1, std::memory_order_relaxed);
   const int64_t n_events = events_proto.count;
   std::vector<T> tol(2 * n);
   for (int64_t i = 0; i < n; ++i) {
@@ -305,9 +312,11 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
   const int slots = kVector ? kLanes : lanes;
   const int64_t work_size = dop853::WorkspaceSize(n_aug);
   std::vector<T> interleaved(kVector ? kLanes * work_size : 0);
+  std::vector<T> prototype_scratch(scratch_size);  // (each lane's rhs is remade in fill)
   std::vector<Lane> lane(slots, Lane{std::vector<T>(kVector ? 0 : work_size),
                                      std::vector<T>(scratch_size), std::vector<T>(n_aug),
-                                     make_rhs(params, nullptr), events_proto, {}, -1});
+                                     make_rhs(params, prototype_scratch.data()), events_proto,
+                                     {}, -1});
   std::vector<Integrator> integrators;
   integrators.reserve(slots);
   for (int k = 0; k < slots; ++k) {
@@ -368,10 +377,15 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
     if (!fill(k, &err)) return err;
   }
   if constexpr (kVector) {
-    // Lanes that never take a trajectory compute lane 0's first stages (with h = 0) rather than
+    // Lanes without a trajectory compute a busy lane's first stages (with h = 0) rather than
     // zeros, whose divisions by r = 0 would raise floating-point exceptions for nothing.
-    for (int64_t e = 0; e < work_size; ++e) {
-      for (int k = lanes; k < kLanes; ++k) interleaved[e * kLanes + k] = interleaved[e * kLanes];
+    int from = 0;
+    while (from < lanes && lane[from].j < 0) ++from;
+    for (int k = 0; k < kLanes && from < lanes; ++k) {
+      if (k < lanes && lane[k].j >= 0) continue;
+      for (int64_t e = 0; e < work_size; ++e) {
+        interleaved[e * kLanes + k] = interleaved[e * kLanes + from];
+      }
     }
   }
   // Stages S..kStages of every busy lane, lane after lane within each stage, or as vectors of
@@ -448,9 +462,9 @@ struct MakeModelVariational {
         {ModelJacobian<T>{model, p, np}, n, np, scratch, scratch + n * n}};
   }
 };
-#define JAXEXT_MODEL_LANES(T, MAKER, NAME)                                   \
+#define JAXEXT_MODEL_LANES(T, MAKER, NAME)                                                 \
   JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN ffi::Error NAME(const Job<T>& job, MAKER make_rhs) { \
-    return RunLanes<T>(job, make_rhs);                                       \
+    return RunLanes<T>(job, make_rhs);                                                     \
   }
 JAXEXT_MODEL_LANES(float, MakeModelRhs<float>, RunModelLanesF32)
 JAXEXT_MODEL_LANES(double, MakeModelRhs<double>, RunModelLanesF64)
@@ -568,7 +582,8 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
   const int64_t workers = std::min<int64_t>(pool.num_threads() + 1, count);
   const int64_t max_lanes = std::min<int64_t>(kLanes, (count + workers - 1) / workers);
   const bool simd = SimdLanesEnabled();
-  // The workers run after this function returns: what they point to is the lambda's own copy.
+  // The workers may run after this function returns: Job points to the lambda's own copies (of
+  // the attributes' views and the events' pointers into XLA's attribute storage, as before).
   return ParallelForDynamic(pool, workers, 1, [=](int64_t, int64_t) {
     const Job<T> job{next.get(), count, max_lanes, &a,  &events, n,   np,  n_aug, m,  kslots,
                      y0p,        pp,    sp,        tp,  ysp,     tfp, yfp, stp,   tep, yep, cp};
@@ -646,6 +661,8 @@ ffi::Future Dop853Impl(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer p
 }
 
 }  // namespace
+
+int64_t OdeSimdLaneRuns() { return simd_lane_runs.load(); }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextDop853Cpu, Dop853Impl,
                               JAXEXT_DOP853_BINDING(ffi::ThreadPool));

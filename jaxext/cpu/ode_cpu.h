@@ -31,6 +31,11 @@ namespace cpu {
 //   when there is nothing to say.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextDop853Cpu);
 
+// How many times, in this process, a worker has run the built-in models in SIMD lanes (rather
+// than one trajectory at a time: JAXEXT_ODE_SIMD=0, user functions, more than one parameter with
+// sensitivities). For tests that compare the two paths.
+int64_t OdeSimdLaneRuns();
+
 }  // namespace cpu
 }  // namespace jaxext
 

@@ -198,8 +198,8 @@ JAXEXT_HD_FUNC void Sensitivities(int64_t n, int64_t np, const T* dfdy, const T*
 // Events: `int size()`, `int direction(int e)` (-1, 0, 1), `int64_t max_count(int e)` (terminal
 // after that many occurrences; 0: never), `bool value(int e, T t, const T* y, T* g)`.
 // The error is controlled on the first n_control components of the state (n_control <= n).
-// kStaticN > 0: the state size is known at compile time (n = n_control = kStaticN), so that the
-// loops over components unroll (the CPU handler's built-in models).
+// kStaticN > 0: the state size is known at compile time (n = kStaticN), so that the loops over
+// components unroll (the CPU handler's built-in models).
 // kStride > 1 (needs kStaticN): the workspace's elements lie kStride apart, kStride integrators'
 // workspaces interleaved (the l-th at work + l), which StageLanes and ErrorNormLanes advance as
 // SIMD lanes; rhs and events still see contiguous states (copied through a row of kStaticN).

@@ -4,8 +4,8 @@
 // dual-number Jacobians for L trajectories (jaxext/cpu/ode_cpu.cc), and dop853.h's stage sums and
 // error norms of L interleaved integrators (StageLanes, ErrorNormLanes; Load and Store move L
 // consecutive values). Each lane rounds exactly as plain T: these are IEEE operations lane by
-// lane. What is not one vector operation (orbit.h's table lookup) is written per lane by the math
-// header, through LaneCount (platform.h). Compile users with -ffp-contract=off so that no
+// lane. What is not one vector operation (orbit.h's table lookup, and its exp for plain lanes) is
+// written per lane by the math header, through LaneCount (platform.h). Compile users with -ffp-contract=off so that no
 // multiply-add is fused in the vector code where the scalar code has none. Host compilers only.
 #ifndef JAXEXT_KERNELS_LANES_H_
 #define JAXEXT_KERNELS_LANES_H_

@@ -18,7 +18,8 @@
 namespace jaxext {
 
 // How many independent values a scalar type S carries side by side: 1 for float, double and
-// dual numbers; L for jaxext/kernels/lanes.h's SIMD Lanes<T, L>, which specialises it. Math
+// dual numbers of them; L for jaxext/kernels/lanes.h's SIMD Lanes<T, L>, which specialises it
+// (and dual.h for dual numbers of lanes). Math
 // headers use it for what cannot be one vector operation (a table lookup per value).
 template <typename S>
 struct LaneCount {
