@@ -5,8 +5,9 @@
 // error norms of L interleaved integrators (StageLanes, ErrorNormLanes; Load and Store move L
 // consecutive values). Each lane rounds exactly as plain T: these are IEEE operations lane by
 // lane. What is not one vector operation (orbit.h's table lookup, and its exp for plain lanes) is
-// written per lane by the math header, through LaneCount (platform.h). Compile users with -ffp-contract=off so that no
-// multiply-add is fused in the vector code where the scalar code has none. Host compilers only.
+// written per lane by the math header, through LaneCount (platform.h). Compile users with
+// -ffp-contract=off so that no multiply-add is fused in the vector code where the scalar code has
+// none. Host compilers only.
 #ifndef JAXEXT_KERNELS_LANES_H_
 #define JAXEXT_KERNELS_LANES_H_
 
@@ -44,9 +45,8 @@ struct Lanes {
     r.v = x;
     return r;
   }
-  // The lanes x[0], ..., x[L - 1], built in registers
-  // (writing lanes one by one into a vector in memory and then loading it whole stalls on
-  // store-to-load forwarding).
+  // The lanes x[0], ..., x[L - 1], built in registers (writing lanes one by one into a vector in
+  // memory and then loading it whole stalls on store-to-load forwarding).
   JAXEXT_HD static Lanes FromArray(const T* x) {
     return Build([x](int l) { return x[l]; }, std::make_integer_sequence<int, L>());
   }
