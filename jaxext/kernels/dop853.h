@@ -41,6 +41,13 @@
 #else
 #define JAXEXT_DOP853_CONST static constexpr
 #endif
+// On the GPU the loops over components unroll when the state size is static, so that arrays
+// indexed by them can live in registers; on the CPU the compiler decides.
+#if defined(__CUDA_ARCH__)
+#define JAXEXT_DOP853_UNROLL _Pragma("unroll")
+#else
+#define JAXEXT_DOP853_UNROLL
+#endif
 
 namespace jaxext {
 namespace dop853 {
@@ -166,7 +173,7 @@ struct Outputs {
 };
 
 // Elements of T the integrator needs per trajectory.
-JAXEXT_HD int64_t WorkspaceSize(int64_t n) { return (kExtended + kDense + 5) * n + 2 * kMaxEvents; }
+JAXEXT_HD constexpr int64_t WorkspaceSize(int64_t n) { return (kExtended + kDense + 5) * n + 2 * kMaxEvents; }
 
 template <typename T>
 JAXEXT_HD T Nan() { return std::numeric_limits<T>::quiet_NaN(); }
@@ -213,9 +220,15 @@ class Integrator {
  public:
   JAXEXT_HD_FUNC Integrator(Rhs& rhs, Events& events, int n, int n_control,
                             const Settings<T>& settings, T* work)
+      : Integrator(rhs, events, n, n_control, settings, work, work + At(kExtended * n)) {}
+
+  // The stages K[0..15] (kExtended * n elements) in `stages`, the rest of the workspace
+  // (WorkspaceSize(n) - kExtended * n elements) in `work`.
+  JAXEXT_HD_FUNC Integrator(Rhs& rhs, Events& events, int n, int n_control,
+                            const Settings<T>& settings, T* stages, T* work)
       : rhs_(rhs), events_(events), n_(n), nc_(n_control), s_(settings) {
-    k_ = work;
-    f_ = k_ + At(kExtended * n);
+    k_ = stages;
+    f_ = work;
     y_ = f_ + At(kDense * n);
     y_new_ = y_ + At(n);
     y_old_ = y_new_ + At(n);
@@ -261,6 +274,7 @@ class Integrator {
     dense_ready_ = false;
 
     bool finite = inputs_finite && Finite(t0) && Finite(t1);
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) {
       y_[At(i)] = y0[i];
       finite = finite && Finite(y0[i]);
@@ -269,6 +283,7 @@ class Integrator {
     const T dir = t1 >= t0 ? T(1) : T(-1);
     dir_ = dir;
     if (!Eval(t0, y_, k_)) return Finish(kCallbackFailed, out);
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < NC(); ++i) {  // the state's own derivative (not sensitivities)
       if (!Finite(k_[At(i)])) return Finish(kNonFinite, out);
     }
@@ -276,10 +291,10 @@ class Integrator {
     while (ie_ < out.n_eval && dir * (out.t_eval[ie_] - t0) < 0) ++ie_;
     for (int e = 0; e < n_events; ++e) {
       if (!events_.value(e, t0, Row(y_), &g_old_[At(e)])) return Finish(kCallbackFailed, out);
-      seen_[e] = 0;
     }
     if (t0 == t1 || n == 0) {  // scipy: finished without a step
       for (; ie_ < out.n_eval && out.t_eval[ie_] == t0; ++ie_) {
+        JAXEXT_DOP853_UNROLL
         for (int i = 0; i < n; ++i) out.ys[ie_ * n + i] = y_[At(i)];
       }
       return Finish(kSuccess, out);
@@ -375,6 +390,7 @@ class Integrator {
       y_ = y_new_;
       y_new_ = swap;
     } else {  // each lane's buffers stay where the other lanes' are
+      JAXEXT_DOP853_UNROLL
       for (int i = 0; i < n; ++i) {
         y_old_[At(i)] = y_[At(i)];
         y_[At(i)] = y_new_[At(i)];
@@ -394,6 +410,7 @@ class Integrator {
     }
     if (terminate) return Finish(kTerminated, out);
     if (finished) return Finish(kSuccess, out);
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) k_[At(i)] = k_[At(kStages * n + i)];  // FSAL: f(t_new, y_new)
     return kRunning;
   }
@@ -418,6 +435,7 @@ class Integrator {
     constexpr int n = kStaticN;
     const Integrator& first = lanes[0];  // lane l's element i: first's pointer + At(i) + l
     V y[n], f[n];
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) {
       V acc = T(0);
       JAXEXT_UNROLL_ALL
@@ -428,6 +446,7 @@ class Integrator {
       if constexpr (S == kStages) y[i].Store(first.y_new_ + At(i));
     }
     rhs(y, f);
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) f[i].Store(first.k_ + At(S * n + i));
     for (int l = 0; l < kStride; ++l) ++lanes[l].nfev_;
   }
@@ -493,6 +512,7 @@ class Integrator {
     const int n = N();
     const T interval = fabs(t1 - t0);
     T s0 = 0, s1 = 0;
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < NC(); ++i) {
       const T y = y_[At(i)], f = k_[At(i)];
       const T scale = s_.atol[i] + fabs(y) * s_.rtol[i];
@@ -502,10 +522,12 @@ class Integrator {
     const T d0 = Rms(s0), d1 = Rms(s1);
     T h0 = (d0 < T(1e-5) || d1 < T(1e-5)) ? T(1e-6) : T(0.01) * d0 / d1;
     if (h0 > interval) h0 = interval;
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) tmp_[At(i)] = y_[At(i)] + h0 * dir_ * k_[At(i)];
     T* f1 = k_ + At(n);  // stage 1 is free until the first step
     if (!Eval(t0 + h0 * dir_, tmp_, f1)) return false;
     T s2 = 0;
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < NC(); ++i) {
       const T scale = s_.atol[i] + fabs(y_[At(i)]) * s_.rtol[i];
       const T q = (f1[At(i)] - k_[At(i)]) / scale;
@@ -530,6 +552,7 @@ class Integrator {
   JAXEXT_HD_FUNC T ErrorNorm(T h) const {
     const int n = N();
     T e5 = 0, e3 = 0;
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < NC(); ++i) {
       const T a = fabs(y_[At(i)]), b = fabs(y_new_[At(i)]);
       const T scale = s_.atol[i] + (a > b ? a : b) * s_.rtol[i];
@@ -558,6 +581,7 @@ class Integrator {
   template <int S>
   JAXEXT_HD void StageState(const T* base, T h, T* state) const {
     const int n = N();
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) {
       T acc = 0;
       JAXEXT_UNROLL_ALL
@@ -586,6 +610,7 @@ class Integrator {
     const int n = N();
     const T h = h_;
     if (!DenseStages<kStages + 1>()) return false;
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) {
       const T f_old = k_[At(i)], f_new = k_[At(kStages * n + i)];
       const T dy = y_[At(i)] - y_old_[At(i)];
@@ -611,6 +636,7 @@ class Integrator {
   JAXEXT_HD_FUNC void DenseAt(T t, T* out, int64_t stride) const {
     const int n = N();
     const T x = (t - t_old_) / h_;
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) {
       T v = 0;
       JAXEXT_UNROLL_ALL
@@ -714,8 +740,7 @@ class Integrator {
     for (int a = 0; a < n_active; ++a) {
       const int e = active[a];
       if (!Root(e, t_old_, t_, &roots[a])) return kCallbackFailed;
-      ++seen_[e];
-      if (events_.max_count(e) > 0 && seen_[e] >= events_.max_count(e)) stop = true;
+      if (Reaches(e, out)) stop = true;
     }
     if (stop) {
       // Occurrences in time order up to the first that reaches its terminal count.
@@ -732,7 +757,7 @@ class Integrator {
       }
       for (int a = 0; a < n_active; ++a) {
         const int e = active[a];
-        if (events_.max_count(e) > 0 && seen_[e] >= events_.max_count(e)) {
+        if (Reaches(e, out)) {
           n_active = a + 1;
           break;
         }
@@ -754,8 +779,19 @@ class Integrator {
     return kSuccess;
   }
 
+  // Whether this step's occurrence of event e (active) is the one that makes it terminal. Every
+  // earlier occurrence has been recorded in event_counts (a step records its occurrences after
+  // this is asked, and a step that reaches a terminal count is the last), so no count of our own
+  // is kept: a member array indexed by e would keep the whole integrator out of registers on
+  // the GPU.
+  JAXEXT_HD bool Reaches(int e, const Outputs<T>& out) {
+    const int64_t max_count = events_.max_count(e);
+    return max_count > 0 && int64_t(out.event_counts[e]) + 1 >= max_count;
+  }
+
   JAXEXT_HD_FUNC int32_t Finish(int32_t status, const Outputs<T>& out) {
     *out.t_final = t_;
+    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < N(); ++i) out.y_final[i] = y_[At(i)];
     out.stats[0] = status;
     out.stats[1] = static_cast<int32_t>(steps_);
@@ -774,7 +810,6 @@ class Integrator {
   bool dense_ready_ = false, fresh_ = true, rejected_ = false, nonfinite_trial_ = false;
   int64_t ie_ = 0;  // next t_eval point
   int64_t steps_ = 0, accepted_ = 0, nfev_ = 0;
-  int64_t seen_[kMaxEvents];
   // Contiguous copies of a state and its derivative (kStride > 1).
   T row_[kStride > 1 ? kStaticN : 1], f_row_[kStride > 1 ? kStaticN : 1];
 };
