@@ -72,20 +72,36 @@ def chain(t, y, p, dydt):  # a state of any size: a damped chain of oscillators
     dydt[i] = p[0] * (left + right - 2.0 * y[i]) - 0.1 * math.sin(y[i])
 
 
+def _crossing_gradient(t, y, p, dgdy, dgdp):
+  dgdy[0] = 1.0
+  return 0.0
+
+
+crosses_zero_g = ode.event(lambda t, y, p: y[0], terminal=True, direction=-1,
+                           gradient=_crossing_gradient, name="crossing")
+
+
 def _export(fn, *args):
   specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
   exported = jax.export.export(
       jax.jit(fn), platforms=("cuda",),
-      disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("jaxext_dop853")])(*specs)
+      disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(target)
+                       for target in ("jaxext_dop853", "jaxext_numba_cuda_call")])(*specs)
   return exported.mlir_module()
+
+
+def _attrs(text, key):
+  """Every value of a string attribute `key` of the module's custom calls, MLIR escapes decoded."""
+  return [re.sub(r"\\([0-9A-Fa-f]{2})", lambda g: chr(int(g.group(1), 16)),
+                 m.replace('\\"', '"').replace("\\\\", "\\"))
+          for m in re.findall(key + r' = "((?:[^"\\]|\\.)*)"', text)]
 
 
 def _attr(text, key):
   """A string attribute of the (first) jaxext_dop853 custom call, MLIR escapes decoded."""
-  m = re.search(key + r' = "((?:[^"\\]|\\.)*)"', text)
-  assert m, f"no {key} in the custom call"
-  return re.sub(r"\\([0-9A-Fa-f]{2})", lambda g: chr(int(g.group(1), 16)),
-                m.group(1).replace('\\"', '"').replace("\\\\", "\\"))
+  values = _attrs(text, key)
+  assert values, f"no {key} in the custom call"
+  return values[0]
 
 
 def _int_attr(text, key):
@@ -159,6 +175,36 @@ def test_derivatives_lower_with_sensitivities(tmp_path):
   plain = ode.rhs(van_der_pol_fn, name="no_jacobian")
   with pytest.raises(ValueError, match="Jacobian"):
     _export(jax.grad(lambda y, p: ode.dop853(plain, y, (0.0, 3.0), p).y_final.sum()), y0, mu)
+
+
+def test_derivatives_through_python_events_lower(tmp_path):
+  """f and the event's gradient at the event rows (the JVP's coefficients) become numba-cuda
+  kernels, one thread per row, next to the integrator with sensitivities; their PTX assembles."""
+  y0 = np.array([[2.0, 0.0], [1.0, 0.5], [0.5, -1.0]])
+  mu = np.array([[1.0], [2.0], [0.5]])
+
+  def loss(y, p):
+    sol = ode.dop853(van_der_pol, y, (0.0, 5.0), p, events=[crosses_zero_g])
+    return sol.y_final.sum() + jax.numpy.nansum(sol.t_events)
+
+  text = _export(jax.grad(loss, argnums=(0, 1)), y0, mu)
+  assert _int_attr(text, "sensitivities") == 1
+  ok, log, _ = _link(_attr(text, "device_code"), "float64", tmp_path)
+  assert ok, log
+  names = " ".join(_attrs(text, "name"))
+  assert "right-hand side 'van_der_pol' at events" in names, names
+  assert "gradient of the event 'crossing'" in names, names
+  ptxs = _attrs(text, "ptx")  # the row kernels' (the integrator's is device_code)
+  assert len(ptxs) == 2
+  for k, ptx in enumerate(ptxs):
+    src = tmp_path / f"rows{k}.ptx"
+    src.write_text(ptx)
+    code, log = _run([os.path.join(_BIN, "ptxas"), "-arch=sm_90", str(src), "-o",
+                      str(tmp_path / f"rows{k}.cubin")])
+    assert code == 0, log
+  # The same under vmap: the rows of every batch element are rows too.
+  batched = _export(jax.vmap(jax.grad(loss)), np.stack([y0, y0[::-1]]), np.stack([mu, mu]))
+  assert "jaxext_numba_cuda_call" in batched
 
 
 @pytest.mark.parametrize("n", [1, 9, 64])

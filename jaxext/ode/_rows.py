@@ -2,11 +2,14 @@
 
 Derivatives through events (dop853's JVP) need, at each event's time t_e and state y_e, the
 right-hand side f(t_e, y_e, p) and the event's gradient (dg/dt, dg/dy, dg/dp). For Python
-functions these come from the same Numba-compiled code the integrator calls, wrapped as
-`jaxext.numba_kernel`s that loop over rows (the Numba bridge: disk-cached, named by content, so a
-re-created function reuses its compilation). Rows whose time is NaN (event slots never filled,
-trajectories not stopped by an event) are skipped and give zeros: the functions only ever see
-states the integrator produced. CPU only (dop853's CUDA lowering refuses these derivatives first).
+functions these come from the same Python code the integrator calls, compiled by Numba into a
+kernel over the rows: on the CPU a `jaxext.numba_kernel` looping over them, on CUDA a
+`jaxext.numba_cuda_kernel` with one thread per row calling the function as a numba-cuda device
+function (both disk-cached and named by content, so a re-created function reuses its
+compilation). Which one runs is decided when the computation is lowered for its platform (the
+primitive `jaxext_ode_rows` below lowers to one or the other), so a CPU-only process never
+compiles for CUDA. Rows whose time is NaN (event slots never filled, trajectories not stopped by
+an event) are skipped and give zeros: the functions only ever see states the integrator produced.
 """
 
 from __future__ import annotations
@@ -15,8 +18,21 @@ import functools
 
 import jax
 import numba
+from jax.extend.core import Primitive
 
+from jaxext import _eager
+from jaxext import _jax_compat as compat
+from jaxext.numba_bridge import numba_cuda_kernel
 from jaxext.numba_bridge import numba_kernel
+
+
+def _rhs_shape(t, y, p):
+  return jax.ShapeDtypeStruct(y.shape, y.dtype)
+
+
+def _gradient_shapes(t, y, p):
+  return (jax.ShapeDtypeStruct(t.shape, t.dtype), jax.ShapeDtypeStruct(y.shape, y.dtype),
+          jax.ShapeDtypeStruct(p.shape, p.dtype))
 
 
 @functools.lru_cache(maxsize=64)
@@ -29,9 +45,8 @@ def _rhs_rows(fn, name):
       if t[i] == t[i]:
         user(t[i], y[i], p[i], dydt[i])
 
-  return numba_kernel(outputs=lambda t, y, p: jax.ShapeDtypeStruct(y.shape, y.dtype),
-                      vmap="elementwise", name=f"jaxext.ode right-hand side '{name}' at events")(
-                          rhs_rows)
+  return numba_kernel(outputs=_rhs_shape, name=f"jaxext.ode right-hand side '{name}' at events")(
+      rhs_rows)
 
 
 @functools.lru_cache(maxsize=64)
@@ -46,21 +61,101 @@ def _gradient_rows(fn, name):
       if t[i] == t[i]:
         dgdt[i] = user(t[i], y[i], p[i], dgdy[i], dgdp[i])
 
-  def outputs(t, y, p):
-    return (jax.ShapeDtypeStruct(t.shape, t.dtype), jax.ShapeDtypeStruct(y.shape, y.dtype),
-            jax.ShapeDtypeStruct(p.shape, p.dtype))
-
-  return numba_kernel(outputs=outputs, vmap="elementwise",
+  return numba_kernel(outputs=_gradient_shapes,
                       name=f"jaxext.ode gradient of the event '{name}'")(gradient_rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _rhs_rows_cuda(fn, name):
+  from numba import cuda
+  user = cuda.jit(device=True)(getattr(fn, "py_func", fn))
+
+  def rhs_rows(t, y, p, dydt):
+    i = cuda.grid(1)
+    if i < t.shape[0]:
+      for k in range(dydt.shape[1]):
+        dydt[i, k] = 0
+      if t[i] == t[i]:
+        user(t[i], y[i], p[i], dydt[i])
+
+  return numba_cuda_kernel(outputs=_rhs_shape, block=64,
+                           grid=lambda t, y, p: -(-t.shape[0] // 64),
+                           name=f"jaxext.ode right-hand side '{name}' at events")(rhs_rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _gradient_rows_cuda(fn, name):
+  from numba import cuda
+  user = cuda.jit(device=True)(getattr(fn, "py_func", fn))
+
+  def gradient_rows(t, y, p, dgdt, dgdy, dgdp):
+    i = cuda.grid(1)
+    if i < t.shape[0]:
+      for k in range(dgdy.shape[1]):
+        dgdy[i, k] = 0
+      for k in range(dgdp.shape[1]):
+        dgdp[i, k] = 0
+      dgdt[i] = 0
+      if t[i] == t[i]:
+        dgdt[i] = user(t[i], y[i], p[i], dgdy[i], dgdp[i])
+
+  return numba_cuda_kernel(outputs=_gradient_shapes, block=64,
+                           grid=lambda t, y, p: -(-t.shape[0] // 64),
+                           name=f"jaxext.ode gradient of the event '{name}'")(gradient_rows)
+
+
+_KERNELS = {"cpu": {"rhs": _rhs_rows, "gradient": _gradient_rows},
+            "cuda": {"rhs": _rhs_rows_cuda, "gradient": _gradient_rows_cuda}}
+
+# rows_p(t (M,), y (M, d), p (M, q); fn, name, kind): kind "rhs" -> (f (M, d),), "gradient" ->
+# (dg/dt (M,), dg/dy (M, d), dg/dp (M, q)). Lowered per platform to the Numba kernel for it.
+rows_p = Primitive("jaxext_ode_rows")
+rows_p.multiple_results = True
+
+
+def _abstract_eval(t, y, p, *, fn, name, kind):
+  specs = (_rhs_shape if kind == "rhs" else _gradient_shapes)(t, y, p)
+  specs = specs if isinstance(specs, tuple) else (specs,)
+  return tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in specs)
+
+
+def _on(platform):
+  def impl(t, y, p, *, fn, name, kind):
+    out = _KERNELS[platform][kind](fn, name)(t, y, p)
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+  return impl
+
+
+def _batch(args, dims, *, fn, name, kind):
+  """vmap: the rows of every batch element are rows too (the kernels treat each alone)."""
+  size = compat.batch_size(args, dims)
+  t, y, p = (compat.batch_axis_to_front(x, d, size) for x, d in zip(args, dims))
+  m = t.shape[1]
+  flat = lambda x: x.reshape((size * m,) + x.shape[2:])
+  outs = rows_p.bind(flat(t), flat(y), flat(p), fn=fn, name=name, kind=kind)
+  return [o.reshape((size, m) + o.shape[1:]) for o in outs], [0] * len(outs)
+
+
+rows_p.def_abstract_eval(_abstract_eval)
+_eager.def_jit_impl(rows_p)
+for _platform in ("cpu", "cuda"):
+  compat.register_lowering(rows_p, compat.lower_fun(_on(_platform), multiple_results=True),
+                           _platform)
+compat.register_batching(rows_p, _batch)
+
+
+def _rows(fn, name, kind, t, y, p):
+  t, y, p = (jax.numpy.asarray(x) for x in (t, y, p))
+  return rows_p.bind(t, y, p, fn=fn, name=name, kind=kind)
 
 
 def rhs(fn, name, t, y, p):
   """f(t, y, p) of the Python right-hand side `fn` on rows: t (M,), y (M, d), p (M, q) -> (M, d);
   zeros where t is NaN."""
-  return _rhs_rows(fn, name)(t, y, p)
+  return _rows(fn, name, "rhs", t, y, p)[0]
 
 
 def event_gradient(fn, name, t, y, p):
   """The Python event gradient `fn(t, y, p, dgdy, dgdp) -> dg/dt` on rows: (dg/dt (M,),
   dg/dy (M, d), dg/dp (M, q)); zeros where t is NaN."""
-  return _gradient_rows(fn, name)(t, y, p)
+  return tuple(_rows(fn, name, "gradient", t, y, p))

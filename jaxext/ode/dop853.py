@@ -124,9 +124,9 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
   t_final / y_final of trajectories a terminal event stopped too; an event time moves by
   -(g_y . dy + g_p . dp) / (g_t + g_y . f), infinite where the trajectory grazes the event surface
   (for a radius event, r . v = 0). Built-in events know their gradient; a Python event needs
-  `@jaxext.ode.event(gradient=...)` for any derivative of a run that has it; with Python
-  functions, on the CPU only for now. Not yet:
-  derivatives with respect to t_span or t_eval, second derivatives.
+  `@jaxext.ode.event(gradient=...)` for any derivative of a run that has it (on CUDA too: f and
+  the gradient at the events then run as numba-cuda kernels). Not yet: derivatives with respect
+  to t_span or t_eval, second derivatives.
 
   Raises:
     TypeError / ValueError at trace time for bad arguments (the message names the argument).
@@ -407,11 +407,6 @@ def _lowering(ctx, y0, params, t_span, t_eval, *, platform, user, name, model, r
   p = params.type.shape[1]
   dtype = ctx.avals_in[0].dtype
   if platform != "cpu":  # CUDA: one thread per trajectory
-    if sensitivities and events and user is not None:
-      raise NotImplementedError(
-          f"jaxext.ode.dop853 '{name}': derivatives through events with a Python right-hand side "
-          "or Python event functions run on the CPU only for now (on CUDA: a built-in model and "
-          "radius/altitude events)")
     if user is None and sensitivities and p > 2:
       raise NotImplementedError("jaxext.ode.dop853: derivatives of the built-in models on CUDA "
                                 "take at most 2 parameter columns")
