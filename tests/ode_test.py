@@ -602,11 +602,24 @@ _CROSSING = elements_state(RE + 850.0, 0.08, 0.9, 0.3, 0.5, 0.2)
 _CROSS_R = RE + 800.0
 
 
-def _scipy_crossings(model, y, b, t1, terminal=False, direction=0):
+def _scipy_crossings(model, y, b, t1, terminal=False, direction=0, tol=1e-13):
   g = lambda t, yy: np.linalg.norm(yy[:3]) - _CROSS_R
   g.terminal, g.direction = terminal, direction
-  sol = scipy_dop853(model_np(model, [b]), (0.0, t1), y, rtol=1e-13, atol=1e-13, events=[g])
+  sol = scipy_dop853(model_np(model, [b]), (0.0, t1), y, rtol=tol, atol=tol, events=[g])
   return sol.t_events[0], sol.y_events[0], sol.t[-1], sol.y[:, -1]
+
+
+def _assert_as_accurate_as_scipy(ours, scipy_same_tol, reference):
+  """Event times of ours and of scipy, both at rtol = atol = 1e-12, against scipy at 1e-13: ours
+  miss the reference by at most twice scipy's own worst miss. (Not a fixed bound: rounding alone
+  moves these crossings by ~1e-11 relative, e.g. where the compiler fuses multiply-adds on a CPU
+  with FMA and scipy's NumPy does not; scipy at 1e-12 misses its own 1e-13 answer by 1.8e-11.)"""
+  ours, scipy_same_tol, reference = (np.atleast_1d(np.asarray(x, np.float64))
+                                     for x in (ours, scipy_same_tol, reference))
+  theirs = np.abs(scipy_same_tol - reference) / np.abs(reference)
+  mine = np.abs(ours - reference) / np.abs(reference)
+  assert theirs.max() < 1e-10, theirs  # the reference itself is sound
+  assert np.all(mine <= 2 * theirs.max()), (mine, theirs)
 
 
 def test_event_derivatives_against_scipy_finite_differences():
@@ -623,7 +636,7 @@ def test_event_derivatives_against_scipy_finite_differences():
   t_ev, y_ev = events(y0, np.array([b]))
   ref_t, ref_y, _, _ = _scipy_crossings(model, y0, b, t1)
   assert ref_t.shape == (3,)
-  np.testing.assert_allclose(np.asarray(t_ev), ref_t, rtol=1e-11)
+  _assert_as_accurate_as_scipy(t_ev, _scipy_crossings(model, y0, b, t1, tol=1e-12)[0], ref_t)
   (dt_y0, dt_b), (dy_y0, dy_b) = jax.jacobian(events, argnums=(0, 1))(y0, np.array([b]))
   steps = [0.1, 0.1, 0.1, 1e-4, 1e-4, 1e-4]
   for k in (0, 2, 3, 5):
@@ -659,7 +672,8 @@ def test_terminal_event_derivatives_of_t_final_and_y_final():
   t_f, y_f, status = final(y0, np.full((2, 1), b))
   np.testing.assert_array_equal(np.asarray(status), [ode.Status.EVENT, ode.Status.SUCCESS])
   _, _, ref_t, ref_y = _scipy_crossings(model, y0[0], b, t1, terminal=True, direction=-1)
-  np.testing.assert_allclose(float(t_f[0]), ref_t, rtol=1e-11)
+  _, _, same_t, _ = _scipy_crossings(model, y0[0], b, t1, terminal=True, direction=-1, tol=1e-12)
+  _assert_as_accurate_as_scipy(t_f[0], same_t, ref_t)
   jac = jax.jacobian(lambda y, bb: final(y, bb)[:2], argnums=(0, 1))(y0, np.full((2, 1), b))
   (dtf_y0, dtf_b), (dyf_y0, dyf_b) = jac
   for k, h in ((0, 0.1), (4, 1e-4)):
@@ -1108,9 +1122,5 @@ def test_cuda_lowering():
                       y0, b)
   assert "sensitivities = 1" in grad
   assert 'device_code = ""' in text  # built-in models link nothing
-  # Derivatives through Python events are CPU-only for now: refused with a clear error.
-  with pytest.raises(NotImplementedError, match="CPU only"):
-    _export_cuda(jax.grad(lambda y: ode.dop853(van_der_pol_j, y, (0.0, 1.0), [1.0],
-                                               events=[tilted]).y_final.sum()),
-                 np.array([[1.0, 0.0]]))
-  # Python right-hand sides on CUDA: tests/ode_cuda_test.py (it has the toolkit numba-cuda needs).
+  # Python right-hand sides on CUDA, derivatives through Python events included:
+  # tests/ode_cuda_test.py (it has the toolkit numba-cuda needs).
