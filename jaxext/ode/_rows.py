@@ -8,7 +8,8 @@ kernel over the rows: on the CPU a `jaxext.numba_kernel` looping over them, on C
 function (both disk-cached and named by content, so a re-created function reuses its
 compilation). Which one runs is decided when the computation is lowered for its platform (the
 primitive `jaxext_ode_rows` below lowers to one or the other), so a CPU-only process never
-compiles for CUDA. Rows whose time is NaN (event slots never filled, trajectories not stopped by
+compiles for CUDA. Both are elementwise over the rows, so that under sharding each device
+evaluates its own trajectories' rows. Rows whose time is NaN (event slots never filled, trajectories not stopped by
 an event) are skipped and give zeros: the functions only ever see states the integrator produced.
 """
 
@@ -45,8 +46,8 @@ def _rhs_rows(fn, name):
       if t[i] == t[i]:
         user(t[i], y[i], p[i], dydt[i])
 
-  return numba_kernel(outputs=_rhs_shape, name=f"jaxext.ode right-hand side '{name}' at events")(
-      rhs_rows)
+  return numba_kernel(outputs=_rhs_shape, vmap="elementwise",
+                      name=f"jaxext.ode right-hand side '{name}' at events")(rhs_rows)
 
 
 @functools.lru_cache(maxsize=64)
@@ -61,7 +62,7 @@ def _gradient_rows(fn, name):
       if t[i] == t[i]:
         dgdt[i] = user(t[i], y[i], p[i], dgdy[i], dgdp[i])
 
-  return numba_kernel(outputs=_gradient_shapes,
+  return numba_kernel(outputs=_gradient_shapes, vmap="elementwise",
                       name=f"jaxext.ode gradient of the event '{name}'")(gradient_rows)
 
 
@@ -78,7 +79,7 @@ def _rhs_rows_cuda(fn, name):
       if t[i] == t[i]:
         user(t[i], y[i], p[i], dydt[i])
 
-  return numba_cuda_kernel(outputs=_rhs_shape, block=64,
+  return numba_cuda_kernel(outputs=_rhs_shape, block=64, vmap="elementwise",
                            grid=lambda t, y, p: -(-t.shape[0] // 64),
                            name=f"jaxext.ode right-hand side '{name}' at events")(rhs_rows)
 
@@ -99,7 +100,7 @@ def _gradient_rows_cuda(fn, name):
       if t[i] == t[i]:
         dgdt[i] = user(t[i], y[i], p[i], dgdy[i], dgdp[i])
 
-  return numba_cuda_kernel(outputs=_gradient_shapes, block=64,
+  return numba_cuda_kernel(outputs=_gradient_shapes, block=64, vmap="elementwise",
                            grid=lambda t, y, p: -(-t.shape[0] // 64),
                            name=f"jaxext.ode gradient of the event '{name}'")(gradient_rows)
 
@@ -138,9 +139,9 @@ def _batch(args, dims, *, fn, name, kind):
 
 rows_p.def_abstract_eval(_abstract_eval)
 _eager.def_jit_impl(rows_p)
-for _platform in ("cpu", "cuda"):
+for _platform in ("cpu", "cuda"):  # partitioned: the kernels' own lowering splits the rows
   compat.register_lowering(rows_p, compat.lower_fun(_on(_platform), multiple_results=True),
-                           _platform)
+                           _platform, partitioned=True)
 compat.register_batching(rows_p, _batch)
 
 
