@@ -173,7 +173,9 @@ struct Outputs {
 };
 
 // Elements of T the integrator needs per trajectory.
-JAXEXT_HD constexpr int64_t WorkspaceSize(int64_t n) { return (kExtended + kDense + 5) * n + 2 * kMaxEvents; }
+JAXEXT_HD constexpr int64_t WorkspaceSize(int64_t n) {
+  return (kExtended + kDense + 5) * n + 2 * kMaxEvents;
+}
 
 template <typename T>
 JAXEXT_HD T Nan() { return std::numeric_limits<T>::quiet_NaN(); }
@@ -435,7 +437,6 @@ class Integrator {
     constexpr int n = kStaticN;
     const Integrator& first = lanes[0];  // lane l's element i: first's pointer + At(i) + l
     V y[n], f[n];
-    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) {
       V acc = T(0);
       JAXEXT_UNROLL_ALL
@@ -446,7 +447,6 @@ class Integrator {
       if constexpr (S == kStages) y[i].Store(first.y_new_ + At(i));
     }
     rhs(y, f);
-    JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) f[i].Store(first.k_ + At(S * n + i));
     for (int l = 0; l < kStride; ++l) ++lanes[l].nfev_;
   }

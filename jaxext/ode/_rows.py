@@ -9,8 +9,9 @@ function (both disk-cached and named by content, so a re-created function reuses
 compilation). Which one runs is decided when the computation is lowered for its platform (the
 primitive `jaxext_ode_rows` below lowers to one or the other), so a CPU-only process never
 compiles for CUDA. Both are elementwise over the rows, so that under sharding each device
-evaluates its own trajectories' rows. Rows whose time is NaN (event slots never filled, trajectories not stopped by
-an event) are skipped and give zeros: the functions only ever see states the integrator produced.
+evaluates its own trajectories' rows. Rows whose time is NaN (event slots never filled,
+trajectories not stopped by an event) are skipped and give zeros: the functions only ever see
+states the integrator produced.
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ def _gradient_rows(fn, name):
                       name=f"jaxext.ode gradient of the event '{name}'")(gradient_rows)
 
 
+_BLOCK = 64  # CUDA threads per block, one row each
+
+
+def _row_blocks(t, y, p):
+  return -(-t.shape[0] // _BLOCK)
+
+
 @functools.lru_cache(maxsize=64)
 def _rhs_rows_cuda(fn, name):
   from numba import cuda
@@ -79,8 +87,8 @@ def _rhs_rows_cuda(fn, name):
       if t[i] == t[i]:
         user(t[i], y[i], p[i], dydt[i])
 
-  return numba_cuda_kernel(outputs=_rhs_shape, block=64, vmap="elementwise",
-                           grid=lambda t, y, p: -(-t.shape[0] // 64),
+  return numba_cuda_kernel(outputs=_rhs_shape, block=_BLOCK, vmap="elementwise",
+                           grid=_row_blocks,
                            name=f"jaxext.ode right-hand side '{name}' at events")(rhs_rows)
 
 
@@ -100,8 +108,8 @@ def _gradient_rows_cuda(fn, name):
       if t[i] == t[i]:
         dgdt[i] = user(t[i], y[i], p[i], dgdy[i], dgdp[i])
 
-  return numba_cuda_kernel(outputs=_gradient_shapes, block=64, vmap="elementwise",
-                           grid=lambda t, y, p: -(-t.shape[0] // 64),
+  return numba_cuda_kernel(outputs=_gradient_shapes, block=_BLOCK, vmap="elementwise",
+                           grid=_row_blocks,
                            name=f"jaxext.ode gradient of the event '{name}'")(gradient_rows)
 
 
