@@ -9,6 +9,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import types
 
 os.environ.setdefault("JAXEXT_NUMBA_CACHE_DIR",
                       os.path.join(os.environ.get("TEST_TMPDIR", tempfile.gettempdir()), "numba"))
@@ -442,6 +443,108 @@ def test_compiled_code_is_cached_on_disk(tmp_path):
   r = _run(code, tmp, NUMBA_DEBUG_CACHE="1")
   assert r.returncode == 0 and "[0.0, 3.0, 6.0]" in r.stdout
   assert "data loaded from" in r.stdout + r.stderr  # the second process loads, not compiles
+
+
+# --------------------------------------------------------------------------------------------
+# Stale code: Numba freezes the globals a kernel reads when it compiles; jaxext must compile anew
+# (and not serve the old machine code from memory or disk) when one of them changed.
+# --------------------------------------------------------------------------------------------
+kcfg = types.ModuleType("jaxext_test_kcfg")  # a user's configuration module
+kcfg.SCALE = 2.0
+kcfg.sub = types.ModuleType("jaxext_test_kcfg.sub")
+kcfg.sub.OFFSET = 0.5
+hlp = types.ModuleType("jaxext_test_hlp")  # a user's helper module
+hlp.f = numba.njit(lambda v: v + 1.0)
+
+
+@jaxext.numba_kernel(outputs=like)
+def scaled_by_module(x, out):
+  for i in range(x.shape[0]):
+    out[i] = kcfg.SCALE * x[i] + kcfg.sub.OFFSET + hlp.f(x[i])
+
+
+def test_module_attribute_changes_are_not_served_stale():
+  x = np.arange(4.0)
+  expect = lambda: kcfg.SCALE * x + kcfg.sub.OFFSET + hlp.f.py_func(x)
+  try:
+    for change in (lambda: None,
+                   lambda: setattr(kcfg, "SCALE", 3.0),             # a value read through a module
+                   lambda: setattr(kcfg.sub, "OFFSET", -1.0),        # ... through two modules
+                   lambda: setattr(hlp, "f", numba.njit(lambda v: v * v))):  # a callee's code
+      change()
+      np.testing.assert_array_equal(scaled_by_module(x), expect())  # eager
+      # A new trace sees the change (one already traced keeps what it traced, as jax does for
+      # any global a jitted function reads).
+      np.testing.assert_array_equal(jax.jit(lambda v: scaled_by_module(v))(x), expect())
+      np.testing.assert_array_equal(jax.vmap(scaled_by_module)(x[None]), expect()[None])
+  finally:
+    kcfg.SCALE, kcfg.sub.OFFSET, hlp.f = 2.0, 0.5, numba.njit(lambda v: v + 1.0)
+
+
+def test_closure_module_attribute_changes_are_not_served_stale():
+  cfg = types.ModuleType("jaxext_test_closure_cfg")
+  cfg.K = 2.0
+
+  def make():
+    def body(x, out):
+      for i in range(x.shape[0]):
+        out[i] = cfg.K * x[i]
+    return jaxext.numba_kernel(outputs=like)(body)
+
+  k = make()
+  np.testing.assert_array_equal(k(np.ones(2)), [2.0, 2.0])
+  cfg.K = 5.0
+  np.testing.assert_array_equal(k(np.ones(2)), [5.0, 5.0])
+
+
+def test_content_id_covers_module_attributes_not_unrelated_ones():
+  sig = compile_cpu.Signature((("float64", 1),), (("float64", 1),), ())
+  ident = lambda: compile_cpu.content_id(scaled_by_module.py_func, sig, ())
+  before = ident()
+  try:
+    kcfg.UNRELATED = 1.0  # not read by the kernel: same code, same id
+    assert ident() == before
+    kcfg.SCALE = 2.5
+    assert ident() != before
+  finally:
+    del kcfg.UNRELATED
+    kcfg.SCALE = 2.0
+  assert ident() == before
+
+
+def test_edited_module_files_are_not_served_stale_from_disk(tmp_path):
+  """A fresh process after the user edited a module the kernel reads through an attribute:
+  the on-disk cache must not serve the code compiled from the old file."""
+  tmp = str(tmp_path)
+  code = _KERNEL_SRC.replace("out[i] = 3 * x[i]", "out[i] = kcfg.SCALE * hlp.f(x[i])").replace(
+      "import jaxext\n", "import jaxext\nsys.path.insert(0, os.getcwd())\nimport kcfg, hlp\n")
+  code += "print('result', np.asarray(triple(np.arange(3.0))).tolist())\n"
+  helper = "import numba\n@numba.njit\ndef f(v):\n    return {}\n"
+  versions = [("SCALE = 2.0\n", helper.format("v + 1.0"), [2.0, 4.0, 6.0]),
+              ("SCALE = 3.0\n", helper.format("v + 1.0"), [3.0, 6.0, 9.0]),
+              ("SCALE = 3.0\n", helper.format("v * v"), [0.0, 3.0, 12.0])]
+  for cfg_src, hlp_src, expected in versions:
+    for name, src in (("kcfg.py", cfg_src), ("hlp.py", hlp_src)):
+      with open(os.path.join(tmp, name), "w") as f:
+        f.write(src)
+    r = _run(code, tmp)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"result {expected}" in r.stdout, (cfg_src, hlp_src, r.stdout)
+
+
+def test_damaged_wrapper_file_in_the_cache_is_rewritten(tmp_path):
+  tmp = str(tmp_path)
+  code = _KERNEL_SRC + "print('result', np.asarray(triple(np.arange(3.0))).tolist())\n"
+  assert _run(code, tmp).returncode == 0
+  wrappers = [os.path.join(tmp, "numba", n) for n in os.listdir(os.path.join(tmp, "numba"))
+              if n.startswith("jaxext_numba_entry_") and n.endswith(".py")]
+  assert wrappers
+  for w in wrappers:
+    with open(w, "w") as f:
+      f.write("def jaxext_entry(:\n")  # e.g. a crash mid-write
+  r = _run(code, tmp)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "result [0.0, 3.0, 6.0]" in r.stdout
 
 
 def test_jaxext_imports_without_numba(tmp_path):

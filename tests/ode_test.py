@@ -18,6 +18,7 @@ os.environ.setdefault("JAXEXT_NUMBA_CACHE_DIR",
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numba  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import scipy.integrate  # noqa: E402
@@ -519,6 +520,27 @@ def test_user_functions_are_equal_by_content():
   assert UserFunctions(a, ()) != UserFunctions(c, ())
   assert UserFunctions(a, (radius, crosses_zero)) != UserFunctions(a, (crosses_zero, radius))
   assert UserFunctions(None, (crosses_zero,)) != UserFunctions(a, (crosses_zero,))
+
+
+def test_rhs_reading_a_module_attribute_is_not_served_stale():
+  # Numba freezes what a right-hand side reads through a module (`cfg.K`, `helpers.g(...)`) when
+  # it compiles: a changed value or callee must give a new compilation, not the old code.
+  import types
+  cfg = types.ModuleType("jaxext_test_ode_cfg")
+  cfg.K = 1.0
+  cfg.g = numba.njit(lambda v: v)
+
+  @ode.rhs
+  def decay(t, y, p, dydt):
+    dydt[0] = -cfg.K * cfg.g(y[0])
+
+  run = lambda: np.asarray(ode.dop853(decay, np.array([[1.0]]), (0.0, 1.0), rtol=1e-10,
+                                      atol=1e-12).y_final)[0, 0]
+  np.testing.assert_allclose(run(), np.exp(-1.0), rtol=1e-8)
+  cfg.K = 2.0
+  np.testing.assert_allclose(run(), np.exp(-2.0), rtol=1e-8)
+  cfg.g = numba.njit(lambda v: 0.5 * v)
+  np.testing.assert_allclose(run(), np.exp(-1.0), rtol=1e-8)
 
 
 def test_jit_and_vmap_equal_direct_calls():

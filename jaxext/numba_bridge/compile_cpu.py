@@ -21,7 +21,10 @@ cache directory only disables the disk cache.
 
 The content id (63 bits of a SHA-256) covers the function's bytecode and constants, the values of
 the simple globals it reads (numbers, strings, tuples, NumPy arrays), the functions and Numba
-dispatchers it calls (recursively), the signature, and the Numba and jaxext versions. Two
+dispatchers it calls (recursively), what it reads through a module (`cfg.SCALE`, `helpers.f(x)`:
+the attribute's value or code, as for a plain global), the signature, and the Numba and jaxext
+versions. Numba freezes every global when it compiles; since the id covers them, a kernel whose
+globals changed is compiled anew (and found anew on disk) instead of serving the old machine code. Two
 processes that define the same kernel agree on its id, which is how an executable restored from
 jax's compilation cache finds the kernel compiled in the new process.
 """
@@ -29,6 +32,8 @@ jax's compilation cache finds the kernel compiled in the new process.
 from __future__ import annotations
 
 import dataclasses
+import dis
+import functools
 import hashlib
 import importlib.util
 import os
@@ -72,6 +77,16 @@ class CpuEntry:
   cfunc: object  # keeps the compiled code alive
 
 
+# Modules whose contents are identified by their name and version, not walked: the standard library
+# and the numerical libraries a kernel calls into (their functions are Numba's builtins, not code a
+# user edits between calls).
+_VERSIONED_MODULES = frozenset(sys.stdlib_module_names) | {"numpy", "numba", "scipy"}
+
+
+def _versioned(module) -> bool:
+  return module.__name__.partition(".")[0] in _VERSIONED_MODULES
+
+
 def _fingerprint(obj, h, seen) -> None:
   """Feeds the content of a function (and what it depends on) into hash `h`."""
   if isinstance(obj, numba.core.dispatcher.Dispatcher) or isinstance(
@@ -86,16 +101,18 @@ def _fingerprint(obj, h, seen) -> None:
     code = obj.__code__
     h.update(obj.__qualname__.encode())
     _code(code, h)
-    names = set(_names(code))
-    for name in sorted(names):
+    chains = _attribute_chains(code)
+    for name in sorted(set(_names(code))):
       if name in obj.__globals__:
         h.update(name.encode())
-        _fingerprint(obj.__globals__[name], h, seen)
-    for cell in obj.__closure__ or ():
+        _fingerprint_value(obj.__globals__[name], chains.get(("global", name), ()), h, seen)
+    for var, cell in zip(code.co_freevars, obj.__closure__ or ()):
       try:
-        _fingerprint(cell.cell_contents, h, seen)
+        value = cell.cell_contents
       except ValueError:  # empty cell
         h.update(b"empty-cell")
+        continue
+      _fingerprint_value(value, chains.get(("deref", var), ()), h, seen)
     if obj.__defaults__:
       _fingerprint(obj.__defaults__, h, seen)
   elif isinstance(obj, (bool, int, float, complex, str, bytes, type(None))):
@@ -111,8 +128,64 @@ def _fingerprint(obj, h, seen) -> None:
     h.update(repr(obj).encode())
   elif isinstance(obj, pytypes.ModuleType):
     h.update(b"module:" + obj.__name__.encode())
+    if _versioned(obj):
+      h.update(repr(getattr(obj, "__version__", None)).encode())
   else:  # anything else Numba accepts as a global (e.g. a numba type) is identified by its repr
     h.update(b"other:" + type(obj).__qualname__.encode() + repr(obj).encode())
+
+
+def _fingerprint_value(value, chains, h, seen) -> None:
+  """A global or closure variable, and for a module, the attributes the code reads through it
+  (`cfg.SCALE`, `helpers.f`, `pkg.sub.g`): Numba freezes those at compile time, so their values
+  and code are part of what the compiled kernel is."""
+  _fingerprint(value, h, seen)
+  if not isinstance(value, pytypes.ModuleType) or _versioned(value):
+    return
+  for chain in sorted(chains):
+    obj = value
+    for depth, attr in enumerate(chain):
+      obj = getattr(obj, attr, _MISSING)
+      h.update(f"attr{depth}:{attr}".encode())
+      if obj is _MISSING:
+        h.update(b"missing")
+        break
+      if not isinstance(obj, pytypes.ModuleType) or _versioned(obj):
+        _fingerprint(obj, h, seen)
+        break
+      h.update(b"module:" + obj.__name__.encode())
+
+
+_MISSING = object()
+_LOADS = {"LOAD_GLOBAL": "global", "LOAD_NAME": "global", "LOAD_DEREF": "deref"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _attribute_chains(code) -> dict:
+  """{(kind, name): {(attr, attr, ...), ...}}: the attribute chains the bytecode reads off each
+  global and closure variable (`LOAD_GLOBAL cfg; LOAD_ATTR SCALE`), in nested code objects too."""
+  chains: dict = {}
+
+  def walk(c, top):
+    base, attrs = None, []
+    def close():
+      if base is not None and attrs:
+        chains.setdefault(base, set()).add(tuple(attrs))
+    for ins in dis.get_instructions(c):
+      if ins.opname in _LOADS and (top or _LOADS[ins.opname] == "global"):
+        close()
+        base, attrs = (_LOADS[ins.opname], ins.argval), []
+      elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and base is not None:
+        attrs.append(ins.argval)
+      elif ins.opname not in ("CACHE", "EXTENDED_ARG", "NOP"):
+        close()
+        base, attrs = None, []
+    close()
+    for const in c.co_consts:
+      if isinstance(const, pytypes.CodeType):
+        walk(const, False)
+
+  walk(code, True)
+  return {k: frozenset(v) for k, v in chains.items()}
 
 
 def _code(code, h) -> None:
@@ -184,6 +257,14 @@ def cache_dir() -> str | None:
   return path if os.access(path, os.W_OK) else None
 
 
+def _holds(path: str, source: str) -> bool:
+  try:
+    with open(path) as f:
+      return f.read() == source
+  except (OSError, UnicodeDecodeError):
+    return False
+
+
 def _load_wrapper_module(kernel_id: int, source: str, env: dict):
   """The wrapper as a module in a file of the cache directory (so Numba can cache it), or exec'd."""
   directory = cache_dir()
@@ -191,7 +272,7 @@ def _load_wrapper_module(kernel_id: int, source: str, env: dict):
   if directory is not None:
     path = os.path.join(directory, name + ".py")
     try:
-      if not os.path.exists(path):
+      if not _holds(path, source):  # absent, or damaged (a crash mid-write, an edit): rewritten
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(tmp, "w") as f:
           f.write(source)

@@ -367,11 +367,13 @@ def _signature(in_avals, bmasks, out_avals, items):
 def _bind(kernel, args, items, outs):
   # Compile at trace time: a kernel Numba cannot type fails here, naming kernel and signature.
   in_avals = tuple(jax.core.ShapedArray(jnp.shape(a), a.dtype) for a in args)
-  kernel.compile(_signature(in_avals, (0,) * (len(args) + len(outs)), outs, items))
+  entry = kernel.compile(_signature(in_avals, (0,) * (len(args) + len(outs)), outs, items))
   if kernel.platform == "cuda":
     kernel.launch_dims(in_avals, outs, items)  # a bad grid fails here too
-  return numba_call_p.bind(*args, kernel=kernel, items=items, outs=outs, nbatch=0,
-                           bmasks=(0,) * (len(args) + len(outs)))
+  # `content` (the compiled code's content id) is a parameter so that jax's caches keyed on the
+  # parameters (eager calls, new jits) never serve code compiled before a global it reads changed.
+  return numba_call_p.bind(*args, kernel=kernel, content=entry.kernel_id, items=items, outs=outs,
+                           nbatch=0, bmasks=(0,) * (len(args) + len(outs)))
 
 
 def _batch_shape(avals, bmasks, nbatch):
@@ -387,7 +389,7 @@ def _batch_shape(avals, bmasks, nbatch):
   return tuple(sizes)
 
 
-def _abstract_eval(*avals, kernel, items, outs, nbatch, bmasks):
+def _abstract_eval(*avals, kernel, content, items, outs, nbatch, bmasks):
   batch = _batch_shape(avals, bmasks, nbatch)
   return tuple(jax.core.ShapedArray(batch + o.shape, o.dtype) for o in outs)
 
@@ -408,7 +410,7 @@ def _wrong_platform(kernel, platform):
       f"on {platform}: use jaxext.numba_kernel for the CPU")
 
 
-def _lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
+def _lowering(ctx, *args, kernel, content, items, outs, nbatch, bmasks):
   if kernel.platform != "cpu":
     raise _wrong_platform(kernel, "cpu")
   if "cpu" not in _ffi.register_all():
@@ -472,7 +474,7 @@ def _core_avals(avals, bmasks):
   return [jax.core.ShapedArray(a.shape[_batch_rank(m):], a.dtype) for a, m in zip(avals, bmasks)]
 
 
-def _cuda_lowering(ctx, *args, kernel, items, outs, nbatch, bmasks):
+def _cuda_lowering(ctx, *args, kernel, content, items, outs, nbatch, bmasks):
   if kernel.platform != "cuda":
     raise _wrong_platform(kernel, "CUDA")
   _ffi.register_all()  # registers the CUDA handler when this build has it (else XLA says so)
@@ -501,7 +503,7 @@ def _no_derivative(primals, tangents, *, kernel, **_):
 compat.register_jvp(numba_call_p, _no_derivative)
 
 
-def _batch(args, dims, *, kernel, items, outs, nbatch, bmasks):
+def _batch(args, dims, *, kernel, content, items, outs, nbatch, bmasks):
   size = compat.batch_size(args, dims)
   n_in = len(args)
   # A CUDA kernel with a fixed grid keeps its grid: folding the batch would need more threads.
@@ -521,7 +523,7 @@ def _batch(args, dims, *, kernel, items, outs, nbatch, bmasks):
       new_masks.append(m << 1)
   all_axes = (1 << (nbatch + 1)) - 1
   new_masks += [all_axes] * len(outs)
-  results = numba_call_p.bind(*new_args, kernel=kernel, items=items, outs=outs,
+  results = numba_call_p.bind(*new_args, kernel=kernel, content=content, items=items, outs=outs,
                               nbatch=nbatch + 1, bmasks=tuple(new_masks))
   return results, (0,) * len(results)
 
