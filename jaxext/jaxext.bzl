@@ -13,11 +13,17 @@ KERNEL_COPTS = [
     "-Werror=return-type",
 ]
 
-def jaxext_cc_library(name, copts = [], **kwargs):
-    """A cc_library of kernel or handler code (kernel copts, kept alive for FFI registration)."""
+def jaxext_cc_library(name, copts = [], linkstatic = True, **kwargs):
+    """A cc_library of kernel or handler code (kernel copts, kept alive for FFI registration).
+
+    Static only (`linkstatic`): its code ends up in one of jaxext's shared objects or in a test,
+    never in a shared library of its own. (Such a library would also fail to link the per-CPU
+    clones, whose resolvers read the CPU model each shared object keeps hidden: clones.h.)
+    """
     cc_library(
         name = name,
         copts = KERNEL_COPTS + copts,
+        linkstatic = linkstatic,
         **kwargs
     )
 
@@ -122,6 +128,28 @@ def jaxext_example(name, deps = ["//jaxext"], test_size = "medium"):
         deps = [":" + name + "_lib"],
     )
 
+# Wheels are built by zig's clang for an old glibc, with libc++ linked in (third_party/zig), not by
+# the toolchain root's GCC, whose libstdc++ most users' systems lack: //:wheel is the portable
+# artifact whatever toolchain the rest of the build uses. CUDA builds keep their toolchain (nvcc's
+# host objects are compiled against GCC's libstdc++).
+_ZIG_TOOLCHAINS = {
+    "x86_64": "@jaxext_zig//:x86_64",
+    "aarch64": "@jaxext_zig//:aarch64",
+}
+
+def _portable_transition_impl(settings, attr):
+    toolchains = settings["//command_line_option:extra_toolchains"]
+    if not attr.toolchain:
+        return {"//command_line_option:extra_toolchains": toolchains}
+    zig = str(Label(_ZIG_TOOLCHAINS[attr.toolchain]))
+    return {"//command_line_option:extra_toolchains": [zig] + [t for t in toolchains if t != zig]}
+
+_portable_transition = transition(
+    implementation = _portable_transition_impl,
+    inputs = ["//command_line_option:extra_toolchains"],
+    outputs = ["//command_line_option:extra_toolchains"],
+)
+
 def _jaxext_wheel_impl(ctx):
     out = ctx.actions.declare_directory(ctx.label.name)
     files = []
@@ -139,27 +167,43 @@ def _jaxext_wheel_impl(ctx):
     args.add("--jaxlib_floor", ctx.attr.jaxlib_floor)
     args.add("--license", ctx.file.license)
     args.add("--readme", ctx.file.readme)
+    args.add("--auditwheel_site", ctx.file._auditwheel_site.dirname)
     for f in files:
         args.add("--file", "%s=%s" % (f.short_path, f.path))
     ctx.actions.run(
         executable = ctx.executable._python,
         arguments = [args],
-        inputs = files + [ctx.file._tool, ctx.file.version_file, ctx.file._python_info, ctx.file.license, ctx.file.readme],
+        inputs = files + ctx.files._auditwheel + [
+            ctx.file._tool,
+            ctx.file.version_file,
+            ctx.file._python_info,
+            ctx.file.license,
+            ctx.file.readme,
+        ],
         outputs = [out],
         mnemonic = "JaxextWheel",
         progress_message = "Building wheel %{label}",
     )
     return [DefaultInfo(files = depset([out]))]
 
-jaxext_wheel = rule(
+_jaxext_wheel = rule(
     implementation = _jaxext_wheel_impl,
     doc = """A platform wheel of the Python package `package_dir` and its extension modules.
 
     Produces a directory `<name>/` holding `jaxext-<version>-<py>-<abi>-<platform>.whl`; the tags
-    are read off the built extensions by tools/build_wheel.py (a directory because the platform
-    tag is only known once the extensions are linked).""",
+    are read off the built extensions by tools/build_wheel.py, the platform tag by auditwheel (a
+    directory because the platform tag is only known once the extensions are linked).""",
     attrs = {
-        "deps": attr.label_list(doc = "py_library targets whose files go into the wheel"),
+        "deps": attr.label_list(
+            doc = "py_library targets whose files go into the wheel (built by zig's clang)",
+            cfg = _portable_transition,
+        ),
+        "toolchain": attr.string(
+            doc = "the zig toolchain (a key of _ZIG_TOOLCHAINS) deps are built with; '' keeps the build's",
+        ),
+        "_allowlist_function_transition": attr.label(
+            default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
+        ),
         "package_dir": attr.string(default = "jaxext"),
         "version_file": attr.label(allow_single_file = True, mandatory = True),
         "jaxlib_floor": attr.string(mandatory = True),
@@ -168,8 +212,15 @@ jaxext_wheel = rule(
         "_tool": attr.label(default = "//tools:build_wheel.py", allow_single_file = True),
         "_python_info": attr.label(default = "@jaxext_python//:python_info.json", allow_single_file = True),
         "_python": attr.label(default = "@jaxext_python//:python3", executable = True, cfg = "exec"),
+        "_auditwheel": attr.label(default = "@jaxext_auditwheel//:site"),
+        "_auditwheel_site": attr.label(default = "@jaxext_auditwheel//:site/AUDITWHEEL_SITE", allow_single_file = True),
     },
 )
+
+def jaxext_wheel(name, **kwargs):
+    """The platform wheel (see _jaxext_wheel): its extensions built by zig's clang for x86_64 and
+    glibc 2.17, except in CUDA builds (--config=cuda), whose toolchain is kept."""
+    _jaxext_wheel(name = name, toolchain = if_cuda("", "x86_64"), **kwargs)
 
 # ------------------------------------------------------------------------------------------------
 # CUDA

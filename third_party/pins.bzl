@@ -8,6 +8,7 @@ Three kinds of pins live here:
 * JAX_SETS: the jax versions tested; each names a hashed lock file of the test environment's
   wheels in third_party/python/ (build-time pybind11 headers included).
 * XLA_FFI_HEADERS: the jaxlib wheel whose XLA FFI headers the extensions are built against.
+* ZIG: zig's clang, the toolchain of portable (manylinux) builds.
 * CUDA_*: NVIDIA's CUDA 13.0 toolkit wheels (nvcc, crt, nvvm, cudart, cccl), fetched the same way,
   and only when a CUDA build is asked for (`--config=cuda`).
 
@@ -95,6 +96,26 @@ CUDA_PACKAGES = {
 CUDA_HOST_COMPILER = "g++-15"
 
 CUDA_CAPABILITIES = ["sm_90"]
+
+# zig's clang (third_party/zig): the C/C++ toolchain of portable builds (`--config=manylinux`),
+# from the `ziglang` wheel on PyPI (zig 0.15.2 ships clang 20.1). It compiles for glibc
+# ZIG["glibc"] and links its own libc++ statically, so wheels built with it load on any Linux with
+# that glibc or newer (the toolchain root's GCC would tie them to its own, newest libstdc++).
+ZIG = {
+    "version": "0.15.2",
+    "url": "https://files.pythonhosted.org/packages/db/81/f9f5c7fd68d80b8edff2a641a1c95ac4125356387d298374227040b8e1e8/ziglang-0.15.2-py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64.musllinux_1_1_x86_64.whl",
+    "sha256": "806316453d1ede7174ed3fefb8e5348154629089c3bb5fe812dfd0e172fac130",
+    "glibc": "2.17",
+}
+
+# auditwheel (and what it imports), which computes every wheel's platform tag from its extension
+# modules (tools/build_wheel.py) and checks it again in tests/wheel_test.py: pure-Python wheels
+# from PyPI, unpacked side by side (third_party/auditwheel). name -> (version, url, sha256).
+AUDITWHEEL = {
+    "auditwheel": ("6.8.2", "https://files.pythonhosted.org/packages/78/33/475398f5eb069aa20910ec8486bdc62a87deadd8229494cbc80a1ddbf740/auditwheel-6.8.2-py3-none-any.whl", "05fd2dd4b743217cd5f66066adc95b03a079424b1f0a878ad1e40fe2cdea4704"),
+    "packaging": ("26.4", "https://files.pythonhosted.org/packages/ba/7b/5504f91c9c2733f693d7759e50ede5d27119d4da7e5836c46d3b5ff81d56/packaging-26.4-py3-none-any.whl", "81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2"),
+    "pyelftools": ("0.33", "https://files.pythonhosted.org/packages/46/2a/f9697576603dae937727827505a6126a066affb227034e77e6f9068910da/pyelftools-0.33-py3-none-any.whl", "f215ad5f47d3f1373a21496a6c9e0707c622840d0622f23ff7ce08678b020036"),
+}
 
 # batman (Kreidberg 2015), the C anchor of //benchmarks:limbdark and //benchmarks:transit. PyPI has
 # only its source distribution; third_party/batman builds its quadratic-law and sky-separation

@@ -8,17 +8,23 @@ Rule sets (rules_cc, rules_python, platforms, bazel_skylib) come from Bazel's ow
 or the consumer's WORKSPACE; offline, tools/bazel points them at Debian's copies.
 """
 
+load("//third_party/auditwheel:auditwheel_repository.bzl", "auditwheel_repository")
 load("//third_party/batman:batman_repository.bzl", "batman_repository")
 load("//third_party/cuda:cuda_repository.bzl", "cuda_repository")
 load("//third_party/python:python_repository.bzl", "python_repository")
 load("//third_party/xla_ffi:xla_ffi_repository.bzl", "xla_ffi_repository")
+load("//third_party/zig:zig_repository.bzl", "zig_repository")
 
 def jaxext_dependencies():
     if not native.existing_rule("jaxext_python"):
         python_repository(name = "jaxext_python")
     if not native.existing_rule("jaxext_xla_ffi"):
         xla_ffi_repository(name = "jaxext_xla_ffi")
+    if not native.existing_rule("jaxext_auditwheel"):
+        auditwheel_repository(name = "jaxext_auditwheel")
     if not native.existing_rule("jaxext_cuda"):
         cuda_repository(name = "jaxext_cuda")  # fetched only by --config=cuda builds
     if not native.existing_rule("jaxext_batman"):
         batman_repository()  # fetched only by //benchmarks:limbdark
+    if not native.existing_rule("jaxext_zig"):
+        zig_repository(name = "jaxext_zig")  # fetched only by --config=manylinux builds

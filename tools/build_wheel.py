@@ -2,9 +2,10 @@
 
 The wheel's tags are read off what was built, not assumed:
 * python/abi tag: the CPython the extensions were compiled for (python_info.json of @jaxext_python);
-* platform tag: manylinux_2_NN_<arch>, NN the newest GLIBC_2.NN symbol version any extension
-  module requires (read from the ELF .gnu.version_r section of each .so), raised where a required
-  GLIBCXX_ version is newer than that manylinux policy's libstdc++ allows.
+* platform tag: the one auditwheel (pinned, @jaxext_auditwheel) computes from the extension
+  modules: the wheel is first written with the plain `linux_<arch>` tag, `auditwheel show` names
+  the most compatible manylinux policy its symbol versions and libraries satisfy, and the wheel is
+  written again under that tag. A wheel that fits no manylinux policy is an error.
 Output is byte-for-byte reproducible: sorted entries, fixed timestamps and permissions.
 """
 
@@ -16,80 +17,39 @@ import json
 import os
 import re
 import struct
+import subprocess
+import sys
+import tempfile
 import zipfile
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
-_SHT_GNU_VERNEED = 0x6FFFFFFE
+_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64"}
 
 
-def elf_glibc_requirements(data: bytes) -> tuple[str, set[str]]:
-  """Returns (machine, {'GLIBC_2.NN', ...}) for a 64-bit little-endian ELF shared object."""
+def elf_machine(data: bytes) -> str:
+  """The architecture of a 64-bit little-endian ELF file, as wheel tags name it."""
   if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
     raise ValueError("not a 64-bit little-endian ELF file")
-  machine = {0x3E: "x86_64", 0xB7: "aarch64"}.get(struct.unpack_from("<H", data, 18)[0])
+  machine = _MACHINES.get(struct.unpack_from("<H", data, 18)[0])
   if machine is None:
     raise ValueError("unsupported ELF machine")
-  shoff, = struct.unpack_from("<Q", data, 0x28)
-  shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-  sections = []
-  for i in range(shnum):
-    (_name, sh_type, _flags, _addr, offset, size, link, _info, _align,
-     _entsize) = struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
-    sections.append((sh_type, offset, size, link))
-  versions = set()
-  for sh_type, offset, size, link in sections:
-    if sh_type != _SHT_GNU_VERNEED:
-      continue
-    strtab = sections[link][1]
-    pos = offset
-    while True:
-      _ver, cnt, _file, aux, nxt = struct.unpack_from("<HHIII", data, pos)
-      apos = pos + aux
-      for _ in range(cnt):
-        _hash, _flags, _other, name, anext = struct.unpack_from("<IHHII", data, apos)
-        end = data.index(b"\0", strtab + name)
-        versions.add(data[strtab + name:end].decode())
-        apos += anext
-      if nxt == 0:
-        break
-      pos += nxt
-  return machine, versions
+  return machine
 
 
-# The oldest manylinux glibc whose reference distributions ship each libstdc++ symbol version
-# (auditwheel's policies: manylinux2014 -> 3.4.19, _2_28 (RHEL 8, GCC 8) -> 3.4.25,
-# _2_31 (Ubuntu 20.04, GCC 10) -> 3.4.28, _2_34 (RHEL 9, GCC 11) -> 3.4.29,
-# _2_35 (Ubuntu 22.04, GCC 12) -> 3.4.30, _2_39 (Ubuntu 24.04, GCC 14) -> 3.4.33).
-GLIBCXX_FLOOR = [((3, 4, 19), (2, 17)), ((3, 4, 25), (2, 28)), ((3, 4, 28), (2, 31)),
-                 ((3, 4, 29), (2, 34)), ((3, 4, 30), (2, 35)), ((3, 4, 33), (2, 39))]
-
-
-def glibc_needed(versions: set[str]) -> tuple[int, int]:
-  """The manylinux glibc (major, minor) that satisfies every GLIBC_/GLIBCXX_ version needed."""
-  newest = (2, 17)  # manylinux2014 is the floor anyone still ships
-  for v in versions:
-    m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", v)
-    if m:
-      newest = max(newest, (int(m.group(1)), int(m.group(2))))
-    m = re.fullmatch(r"GLIBCXX_(\d+)\.(\d+)\.(\d+)", v)
-    if m:
-      want = tuple(int(g) for g in m.groups())
-      floors = [glibc for cxx, glibc in GLIBCXX_FLOOR if cxx >= want]
-      if not floors:
-        raise ValueError(f"{v} is newer than any manylinux policy known here")
-      newest = max(newest, floors[0])
-  return newest
-
-
-def platform_tag(extensions: dict[str, bytes]) -> str:
-  machines, newest = set(), (2, 17)
-  for name, data in extensions.items():
-    machine, versions = elf_glibc_requirements(data)
-    machines.add(machine)
-    newest = max(newest, glibc_needed(versions))
-  if len(machines) != 1:
-    raise ValueError(f"extension modules for several machines: {machines}")
-  return f"manylinux_{newest[0]}_{newest[1]}_{machines.pop()}"
+def auditwheel_tag(wheel: str, site: str) -> str:
+  """The platform tag `auditwheel show` gives `wheel` (the most compatible policy it satisfies)."""
+  env = dict(os.environ, PYTHONPATH=site, PYTHONDONTWRITEBYTECODE="1")
+  res = subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", wheel],
+                       capture_output=True, text=True, env=env)
+  if res.returncode != 0:
+    raise SystemExit(f"auditwheel show {os.path.basename(wheel)} failed:\n{res.stdout}{res.stderr}")
+  report = json.loads(res.stdout)
+  tag = report["overall_tag"]
+  if not tag.startswith("manylinux_"):
+    text = subprocess.run([sys.executable, "-m", "auditwheel", "show", wheel],
+                          capture_output=True, text=True, env=env).stdout
+    raise SystemExit(f"the extension modules fit no manylinux policy (auditwheel: {tag}):\n{text}")
+  return tag
 
 
 def read_version(path: str) -> str:
@@ -113,6 +73,7 @@ def main():
   p.add_argument("--jaxlib_floor", required=True)
   p.add_argument("--license", required=True)
   p.add_argument("--readme", required=True)
+  p.add_argument("--auditwheel_site", required=True, help="directory holding auditwheel")
   p.add_argument("--file", action="append", default=[], help="DEST=SRC")
   args = p.parse_args()
 
@@ -136,10 +97,24 @@ def main():
   extensions = {d: b for d, b in files.items() if d.endswith(".so")}
   if not extensions:
     raise ValueError("no extension modules in the wheel")
-  plat = platform_tag(extensions)
-  tag = f"{py_tag}-{py_tag}-{plat}"
-  dist_info = f"jaxext-{version}.dist-info"
+  machines = {elf_machine(data) for data in extensions.values()}
+  if len(machines) != 1:
+    raise ValueError(f"extension modules for several machines: {machines}")
+  files_base = dict(files)
 
+  def write(platform: str, out_dir: str) -> str:
+    return write_wheel(dict(files_base), version, f"{py_tag}-{py_tag}-{platform}", major, minor,
+                       args, out_dir)
+
+  with tempfile.TemporaryDirectory() as tmp:
+    plat = auditwheel_tag(write(f"linux_{machines.pop()}", tmp), args.auditwheel_site)
+  os.makedirs(args.out_dir, exist_ok=True)
+  print(os.path.basename(write(plat, args.out_dir)))
+
+
+def write_wheel(files, version, tag, major, minor, args, out_dir) -> str:
+  """Writes jaxext-<version>-<tag>.whl into out_dir (metadata, RECORD); returns its path."""
+  dist_info = f"jaxext-{version}.dist-info"
   with open(args.readme, "rb") as f:
     readme = f.read().decode()
   with open(args.license, "rb") as f:
@@ -184,9 +159,8 @@ def main():
   record.write(f"{record_name},,\n")
   files[record_name] = record.getvalue().encode()
 
-  wheel_name = f"jaxext-{version}-{tag}.whl"
-  os.makedirs(args.out_dir, exist_ok=True)
-  with zipfile.ZipFile(os.path.join(args.out_dir, wheel_name), "w", zipfile.ZIP_DEFLATED) as z:
+  path = os.path.join(out_dir, f"jaxext-{version}-{tag}.whl")
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
     # dist-info last, RECORD at the very end, as installers expect.
     order = sorted(files, key=lambda d: (d.startswith(dist_info), d == record_name, d))
     for dest in order:
@@ -195,7 +169,7 @@ def main():
       zi.external_attr = (0o100000 | mode) << 16
       zi.compress_type = zipfile.ZIP_DEFLATED
       z.writestr(zi, files[dest], compresslevel=9)
-  print(wheel_name)
+  return path
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ namespace ffi = xla::ffi;
 
 namespace jaxext {
 namespace cpu {
-namespace {
+// A named namespace, not an anonymous one: clang leaves calls from per-CPU clones to functions of
+// internal linkage unresolved (clones.h).
+namespace transit_internal {
 
 // Tens of ns per point in transit, ~1 ns out of it: below this many points a thread hand-off
 // costs more than it saves.
@@ -533,7 +535,9 @@ ffi::Future TransitVjpImpl(ffi::ThreadPool pool, ffi::Buffer<dtype> t, ffi::Buff
   });
 }
 
-}  // namespace
+}  // namespace transit_internal
+
+using namespace transit_internal;  // NOLINT(build/namespaces)
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTransitCpuF32, TransitImpl<ffi::DataType::F32>,
                               JAXEXT_TRANSIT_BINDING(ffi::ThreadPool, F32));

@@ -49,6 +49,14 @@ def main() -> None:
     for f in files:
       if f == "pyconfig.h":
         shutil.copy(os.path.join(root, f), os.path.join(inc, "pyconfig.h"))
+  # Debian's pyconfig.h includes <MULTIARCH/python3.X/pyconfig.h> from /usr/include, which only
+  # the system compiler searches: that directory is copied beside it (zig's clang, for one, looks
+  # only where it is told).
+  multiarch = sysconfig.get_config_var("MULTIARCH")
+  include = sysconfig.get_path("include")
+  arch_dir = os.path.join(os.path.dirname(include), multiarch or "", os.path.basename(include))
+  if multiarch and os.path.isfile(os.path.join(arch_dir, "pyconfig.h")):
+    shutil.copytree(arch_dir, os.path.join(inc, multiarch, os.path.basename(include)))
 
   probe = ("import json, sysconfig, importlib.metadata as m; print(json.dumps({"
            "'site': sysconfig.get_path('purelib'), 'jax': m.version('jax'), "
