@@ -150,7 +150,7 @@ JAXEXT_HD void Tile(const Path& q, int64_t e0, int64_t e1, int64_t key, int64_t 
 // values. Every sum runs in a fixed order: deterministic. Channels go in tiles of 256 bytes (then
 // 64, 16 bytes, then one by one), each tile's sums in registers.
 template <typename T, int kMode>
-JAXEXT_HD_FUNC void Accumulate(const Path* paths, int64_t n_paths, const int64_t* ci,
+JAXEXT_HD_CLONED void Accumulate(const Path* paths, int64_t n_paths, const int64_t* ci,
                                const int64_t* cj, const int64_t* ck, const T* cv,
                                const T* __restrict__ x, const T* __restrict__ y,
                                const T* __restrict__ w, const T* __restrict__ o,
@@ -199,7 +199,7 @@ JAXEXT_HD_FUNC void Accumulate(const Path* paths, int64_t n_paths, const int64_t
 }
 
 template <typename T>
-JAXEXT_HD_FUNC void AccumulateMode(int mode, const Path* paths, int64_t n_paths,
+JAXEXT_HD_CLONED void AccumulateMode(int mode, const Path* paths, int64_t n_paths,
                                    const int64_t* ci, const int64_t* cj, const int64_t* ck,
                                    const T* cv, const T* x, const T* y, const T* w, const T* o,
                                    T* acc, T* scratch) {
