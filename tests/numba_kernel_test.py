@@ -481,6 +481,61 @@ def test_module_attribute_changes_are_not_served_stale():
     kcfg.SCALE, kcfg.sub.OFFSET, hlp.f = 2.0, 0.5, numba.njit(lambda v: v + 1.0)
 
 
+def test_a_callee_reading_a_changed_global_is_recompiled():
+  # Numba reuses a callee's compiled code, whose globals it froze: jaxext must recompile it.
+  cfg = types.ModuleType("jaxext_test_callee_cfg")
+  cfg.K = 2.0
+  helpers = types.ModuleType("jaxext_test_callee_helpers")
+  exec("def g(v):\n    return v * cfg.K\n", helpers.__dict__)
+  helpers.cfg = cfg
+  helpers.g = numba.njit(helpers.g)
+  assert helpers.g(1.0) == 2.0  # compiled before the change, outside jaxext
+
+  def body(x, out):
+    for i in range(x.shape[0]):
+      out[i] = helpers.g(x[i])
+
+  k = jaxext.numba_kernel(outputs=like)(body)
+  np.testing.assert_array_equal(k(np.ones(2)), [2.0, 2.0])
+  cfg.K = 3.0
+  np.testing.assert_array_equal(k(np.ones(2)), [3.0, 3.0])
+  cfg.K = 5.0
+  np.testing.assert_array_equal(jax.jit(lambda v: k(v))(np.ones(2)), [5.0, 5.0])
+
+
+def test_unrelated_globals_named_like_attributes_do_not_change_the_id():
+  # `x.shape` names "shape": a module global of that name is not something the kernel reads.
+  sig = compile_cpu.Signature((("float64", 1),), (("float64", 1),), ())
+  ident = lambda: compile_cpu.content_id(scaled_and_sum.py_func, sig, ())
+  before = ident()
+  globals()["size"] = np.arange(3.0)
+  try:
+    assert ident() == before
+    globals()["size"] = np.arange(4.0)
+    assert ident() == before
+  finally:
+    del globals()["size"]
+
+
+def test_nested_function_reading_a_closure_module_is_not_served_stale():
+  cfg = types.ModuleType("jaxext_test_nested_cfg")
+  cfg.K = 2.0
+  sig = compile_cpu.Signature((("float64", 1),), (("float64", 1),), ())
+
+  def make():
+    def body(x, out):
+      def scale(v):
+        return cfg.K * v
+      for i in range(x.shape[0]):
+        out[i] = scale(x[i])
+    return body
+
+  body = make()
+  before = compile_cpu.content_id(body, sig, ())
+  cfg.K = 3.0
+  assert compile_cpu.content_id(body, sig, ()) != before
+
+
 def test_closure_module_attribute_changes_are_not_served_stale():
   cfg = types.ModuleType("jaxext_test_closure_cfg")
   cfg.K = 2.0

@@ -15,22 +15,25 @@ if ! command -v mmdebstrap >/dev/null || ! command -v newuidmap >/dev/null; then
   apt-get install -y -q --no-install-recommends mmdebstrap uidmap >/dev/null ||
     { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends mmdebstrap uidmap >/dev/null; }
 fi
-scratch=$(mktemp -d /tmp/jaxext-rootless.XXXXXX)
+scratch=$(mktemp -d /var/tmp/jaxext-rootless.XXXXXX)  # not /tmp: a toolchain root is gigabytes
 chmod 755 "$scratch"
 users=(jaxext-rootless jaxext-nosubids)
 cleanup() {
+  set +e
   for u in "${users[@]}"; do
     if id "$u" >/dev/null 2>&1; then
-      pkill -u "$u" 2>/dev/null || true
-      userdel "$u" 2>/dev/null || true
+      pkill -KILL -u "$u" 2>/dev/null
+      for _ in 1 2 3 4 5 6 7 8 9 10; do pgrep -u "$u" >/dev/null || break; sleep 1; done
+      userdel "$u" 2>/dev/null
     fi
-    sed -i "/^$u:/d" /etc/subuid /etc/subgid
+    sed -i "/^$u:/d" /etc/subuid /etc/subgid 2>/dev/null
   done
   rm -rf "$scratch"
 }
 trap cleanup EXIT
 for u in "${users[@]}"; do
   id "$u" >/dev/null 2>&1 || useradd --no-create-home --home-dir "$scratch/$u" --shell /bin/bash "$u"
+  touch /etc/subuid /etc/subgid
   sed -i "/^$u:/d" /etc/subuid /etc/subgid
   mkdir -p "$scratch/$u"
   # The checkout as committed, owned by the user (the user cannot read root's clone).

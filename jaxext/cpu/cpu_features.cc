@@ -59,8 +59,11 @@ int X86Level() { return 0; }
 
 }  // namespace jaxext::cpu
 
-#if defined(__x86_64__) && defined(JAXEXT_PROVIDE_CPU_MODEL)
-// The CPU model of libgcc and compiler-rt, whose layout GCC and clang share. The resolvers of
+#if defined(__x86_64__) && (defined(__clang__) || defined(JAXEXT_PROVIDE_CPU_MODEL))
+// The CPU model of libgcc and compiler-rt, whose layout GCC and clang share. Defined for every
+// clang build (zig's runtime has none; where compiler-rt or libgcc has one, this hidden copy is
+// the one this shared object's resolvers bind to, with the same layout), and on request
+// (JAXEXT_PROVIDE_CPU_MODEL) for GCC builds whose runtime lacks it. The resolvers of
 // target_clones("arch=x86-64-vN") test bit N - 2 of __cpu_features2[2] (seen in the code both
 // compilers emit); the clones use nothing else, so every other field stays 0 ("not supported":
 // a resolver asking for anything else picks the baseline code). Hidden: each shared object has
@@ -72,7 +75,9 @@ __attribute__((visibility("hidden"))) struct {
 __attribute__((visibility("hidden"))) unsigned int __cpu_features2[3];
 
 __attribute__((visibility("hidden"))) int __cpu_indicator_init(void) {
-  const int level = jaxext::cpu::X86Level();
+  // ComputeLevel (internal linkage) directly: a call through the PLT could jump through a GOT slot
+  // not yet relocated, since resolvers run while relocations are being applied.
+  const int level = jaxext::cpu::ComputeLevel();
   unsigned int bits = 0;
   for (int v = 2; v <= level; ++v) bits |= 1u << (v - 2);
   __cpu_features2[2] = bits;

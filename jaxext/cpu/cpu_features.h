@@ -2,9 +2,9 @@
 //
 // The per-CPU clones of clones.h are picked at load time by an ifunc resolver the compiler emits;
 // it reads the levels from the CPU model variables of the compiler's runtime (libgcc, compiler-rt).
-// zig's runtime has none, so a toolchain that lacks them compiles this library with
-// JAXEXT_PROVIDE_CPU_MODEL and cpu_features.cc defines them, filled from X86Level(), inside each
-// shared object (hidden). tests/cpu_features_test.cc checks that the compiler's own
+// zig's runtime has none, so under clang cpu_features.cc defines them (or under GCC with
+// JAXEXT_PROVIDE_CPU_MODEL), filled from the same CPUID reading, inside each shared object
+// (hidden). tests/cpu_features_test.cc checks that the compiler's own
 // __builtin_cpu_supports agrees with X86Level() on the machine it runs on.
 #ifndef JAXEXT_CPU_CPU_FEATURES_H_
 #define JAXEXT_CPU_CPU_FEATURES_H_

@@ -40,6 +40,7 @@ import os
 import sys
 import threading
 import types as pytypes
+import weakref
 
 import numpy as np
 
@@ -84,96 +85,131 @@ _VERSIONED_MODULES = frozenset(sys.stdlib_module_names) | {"numpy", "numba", "sc
 
 
 def _versioned(module) -> bool:
-  return module.__name__.partition(".")[0] in _VERSIONED_MODULES
+  name = getattr(module, "__name__", None)
+  return isinstance(name, str) and name.partition(".")[0] in _VERSIONED_MODULES
 
 
-def _fingerprint(obj, h, seen) -> None:
+class _Walk:
+  """What one fingerprint has visited: function ids (cycles), and the Numba dispatchers it reached
+  beneath the function fingerprinted (callees, whose own compiled code Numba reuses)."""
+
+  def __init__(self):
+    self.ids = set()
+    self.dispatchers = []
+
+
+def _fingerprint(obj, h, walk, top=True) -> None:
   """Feeds the content of a function (and what it depends on) into hash `h`."""
   if isinstance(obj, numba.core.dispatcher.Dispatcher) or isinstance(
       getattr(obj, "py_func", None), pytypes.FunctionType):  # also numba-cuda's dispatchers
     h.update(b"dispatcher")
+    if not top and isinstance(obj, numba.core.dispatcher.Dispatcher):
+      walk.dispatchers.append(obj)
     obj = obj.py_func
   if isinstance(obj, pytypes.FunctionType):
-    if id(obj) in seen:
+    if id(obj) in walk.ids:
       h.update(b"recursive")
       return
-    seen.add(id(obj))
+    walk.ids.add(id(obj))
     code = obj.__code__
     h.update(obj.__qualname__.encode())
     _code(code, h)
-    chains = _attribute_chains(code)
-    for name in sorted(set(_names(code))):
+    names, chains = _reads(code)
+    for name in sorted(names):  # the globals the code loads (not every name in co_names)
       if name in obj.__globals__:
         h.update(name.encode())
-        _fingerprint_value(obj.__globals__[name], chains.get(("global", name), ()), h, seen)
+        _fingerprint_value(obj.__globals__[name], chains.get(("global", name), ()), h, walk)
     for var, cell in zip(code.co_freevars, obj.__closure__ or ()):
       try:
         value = cell.cell_contents
       except ValueError:  # empty cell
         h.update(b"empty-cell")
         continue
-      _fingerprint_value(value, chains.get(("deref", var), ()), h, seen)
+      _fingerprint_value(value, chains.get(("deref", var), ()), h, walk)
     if obj.__defaults__:
-      _fingerprint(obj.__defaults__, h, seen)
+      _fingerprint(obj.__defaults__, h, walk, False)
   elif isinstance(obj, (bool, int, float, complex, str, bytes, type(None))):
     h.update(repr((type(obj).__name__, obj)).encode())
   elif isinstance(obj, (tuple, list)):
     h.update(f"seq{len(obj)}".encode())
     for x in obj:
-      _fingerprint(x, h, seen)
+      _fingerprint(x, h, walk, False)
   elif isinstance(obj, np.ndarray):
     h.update(repr((obj.dtype.str, obj.shape)).encode())
     h.update(np.ascontiguousarray(obj).tobytes())
   elif isinstance(obj, (np.generic, np.dtype)):
     h.update(repr(obj).encode())
   elif isinstance(obj, pytypes.ModuleType):
-    h.update(b"module:" + obj.__name__.encode())
+    h.update(b"module:" + str(getattr(obj, "__name__", "?")).encode())
     if _versioned(obj):
       h.update(repr(getattr(obj, "__version__", None)).encode())
   else:  # anything else Numba accepts as a global (e.g. a numba type) is identified by its repr
-    h.update(b"other:" + type(obj).__qualname__.encode() + repr(obj).encode())
+    try:
+      text = repr(obj)
+    except Exception:  # noqa: BLE001 - a repr that raises: identified by its type alone
+      text = "<unrepresentable>"
+    h.update(b"other:" + type(obj).__qualname__.encode() + text.encode())
 
 
-def _fingerprint_value(value, chains, h, seen) -> None:
+def _fingerprint_value(value, chains, h, walk) -> None:
   """A global or closure variable, and for a module, the attributes the code reads through it
   (`cfg.SCALE`, `helpers.f`, `pkg.sub.g`): Numba freezes those at compile time, so their values
   and code are part of what the compiled kernel is."""
-  _fingerprint(value, h, seen)
+  _fingerprint(value, h, walk, False)
   if not isinstance(value, pytypes.ModuleType) or _versioned(value):
     return
   for chain in sorted(chains):
     obj = value
     for depth, attr in enumerate(chain):
-      obj = getattr(obj, attr, _MISSING)
+      try:
+        obj = getattr(obj, attr, _MISSING)
+      except Exception as err:  # noqa: BLE001 - a module __getattr__ that raises: so be it
+        h.update(f"attr{depth}:{attr}:error:{type(err).__name__}".encode())
+        break
       h.update(f"attr{depth}:{attr}".encode())
       if obj is _MISSING:
         h.update(b"missing")
         break
       if not isinstance(obj, pytypes.ModuleType) or _versioned(obj):
-        _fingerprint(obj, h, seen)
+        _fingerprint(obj, h, walk, False)
         break
-      h.update(b"module:" + obj.__name__.encode())
+      h.update(b"module:" + str(getattr(obj, "__name__", "?")).encode())
 
 
 _MISSING = object()
-_LOADS = {"LOAD_GLOBAL": "global", "LOAD_NAME": "global", "LOAD_DEREF": "deref"}
+_GLOBAL_LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS")
 
 
 @functools.lru_cache(maxsize=4096)
-def _attribute_chains(code) -> dict:
-  """{(kind, name): {(attr, attr, ...), ...}}: the attribute chains the bytecode reads off each
-  global and closure variable (`LOAD_GLOBAL cfg; LOAD_ATTR SCALE`), in nested code objects too."""
+def _reads(code) -> tuple[frozenset, dict]:
+  """What the bytecode (nested code objects included) reads from outside: the global names it
+  loads, and {(kind, name): {(attr, attr, ...), ...}}, the attribute chains it reads off each
+  global and closure variable (`LOAD_GLOBAL cfg; LOAD_ATTR SCALE`)."""
+  names: set = set()
   chains: dict = {}
+  top_free = frozenset(code.co_freevars)
+
+  def base_of(ins, top):
+    if ins.opname in _GLOBAL_LOADS:
+      names.add(ins.argval)
+      return ("global", ins.argval)
+    # A closure variable: the function's own, or (in nested code) one it passes on from its own.
+    if ins.opname == "LOAD_DEREF" and (top or ins.argval in top_free):
+      return ("deref", ins.argval)
+    return None
 
   def walk(c, top):
     base, attrs = None, []
+
     def close():
       if base is not None and attrs:
         chains.setdefault(base, set()).add(tuple(attrs))
+
     for ins in dis.get_instructions(c):
-      if ins.opname in _LOADS and (top or _LOADS[ins.opname] == "global"):
+      b = base_of(ins, top)
+      if b is not None:
         close()
-        base, attrs = (_LOADS[ins.opname], ins.argval), []
+        base, attrs = b, []
       elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and base is not None:
         attrs.append(ins.argval)
       elif ins.opname not in ("CACHE", "EXTENDED_ARG", "NOP"):
@@ -185,7 +221,7 @@ def _attribute_chains(code) -> dict:
         walk(const, False)
 
   walk(code, True)
-  return {k: frozenset(v) for k, v in chains.items()}
+  return frozenset(names), {k: frozenset(v) for k, v in chains.items()}
 
 
 def _code(code, h) -> None:
@@ -199,19 +235,34 @@ def _code(code, h) -> None:
       h.update(repr(c).encode())
 
 
-def _names(code):
-  yield from code.co_names
-  for c in code.co_consts:
-    if isinstance(c, pytypes.CodeType):
-      yield from _names(c)
-
-
 def content_id(fn, signature: Signature, options: tuple) -> int:
   h = hashlib.sha256()
   h.update(f"jaxext {_jaxext_version} numba {numba.__version__} py {sys.version_info[:2]}".encode())
-  _fingerprint(fn, h, set())
+  _fingerprint(fn, h, _Walk())
   h.update(repr((signature, options)).encode())
   return int.from_bytes(h.digest()[:8], "little") & ((1 << 63) - 1)
+
+
+# Numba dispatchers that compiled functions call, and the fingerprint of each when last compiled
+# for: Numba reuses a callee's compiled code, in which its own globals are frozen.
+_callee_prints: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _refresh_callees(fn) -> None:
+  """Recompiles every Numba dispatcher `fn` reaches whose content (its code, or a global it
+  reads) changed since jaxext last compiled something calling it, or, the first time jaxext meets
+  it, that was already compiled (it may have been, before the change): so that a new compilation
+  of `fn` does not link a callee's stale machine code."""
+  walk = _Walk()
+  _fingerprint(fn, hashlib.sha256(), walk)
+  for d in walk.dispatchers:
+    h = hashlib.sha256()
+    _fingerprint(d, h, _Walk())
+    now = h.digest()
+    before = _callee_prints.get(d)
+    if before != now and (before is not None or d.overloads):
+      d.recompile()
+    _callee_prints[d] = now
 
 
 def _wrapper_source(signature: Signature) -> str:
@@ -314,6 +365,7 @@ def compile_entry(fn, name: str, *, key, source: str, entry_type, env=None,
     if entry is not None:
       return entry
     py_func = fn.py_func if isinstance(fn, numba.core.dispatcher.Dispatcher) else fn
+    _refresh_callees(py_func)
     kernel = numba.njit(nogil=True, boundscheck=boundscheck)(py_func)
     module_env = {"carray": numba.carray, "kernel": kernel}
     module_env.update({f"DTYPE_{k}": v for k, v in DTYPES.items()})

@@ -57,7 +57,6 @@ filegroup(
 zig_cc_toolchain_config(
     name = "{name}_config",
     builtin_include_directories = ["{lib}"],
-    compile_flags = {compile_flags},
     cpu = "{cpu}",
     target = "{triple}",
     tools = {{
@@ -128,16 +127,12 @@ def _zig_repository_impl(rctx):
                 executable = True,
             )
 
-        # The CPU model the clones' resolvers read (jaxext/cpu/cpu_features.cc): zig's runtime
-        # has none.
-        compile_flags = ["-DJAXEXT_PROVIDE_CPU_MODEL"] if arch == "x86_64" else []
         build += _BUILD_TARGET.format(
             name = name,
             triple = triple,
             cpu = cpu,
             platform_cpu = platform_cpu,
             lib = lib,
-            compile_flags = repr(compile_flags),
         )
     rctx.file("BUILD.bazel", build)
     rctx.file("WORKSPACE", "")
