@@ -24,7 +24,9 @@ the simple globals it reads (numbers, strings, tuples, NumPy arrays), the functi
 dispatchers it calls (recursively), what it reads through a module (`cfg.SCALE`, `helpers.f(x)`:
 the attribute's value or code, as for a plain global), the signature, and the Numba and jaxext
 versions. Numba freezes every global when it compiles; since the id covers them, a kernel whose
-globals changed is compiled anew (and found anew on disk) instead of serving the old machine code. Two
+globals changed is compiled anew (and found anew on disk) instead of serving the old machine code,
+and the Numba dispatchers it calls whose own globals or code changed are recompiled first (Numba
+would otherwise link their old machine code). Two
 processes that define the same kernel agree on its id, which is how an executable restored from
 jax's compilation cache finds the kernel compiled in the new process.
 """
