@@ -194,37 +194,6 @@ def numba_workloads(iters=1000, big=10_000_000):
   yield Workload("numba/axpy n=1e7", lambda: one(x, y), 10)
 
 
-def _elements_to_state(a, e, inc, raan, argp, nu, mu):
-  """ode_bench.py's: Keplerian elements (km, rad) to (N, 6) position/velocity in km and km/s."""
-  import numpy as np
-  p = a * (1 - e * e)
-  r = p / (1 + e * np.cos(nu))
-  rp = np.stack([r * np.cos(nu), r * np.sin(nu), np.zeros_like(r)], -1)
-  vp = np.sqrt(mu / p)[:, None] * np.stack([-np.sin(nu), e + np.cos(nu), np.zeros_like(r)], -1)
-  cO, sO, ci, si, cw, sw = (np.cos(raan), np.sin(raan), np.cos(inc), np.sin(inc), np.cos(argp),
-                            np.sin(argp))
-  rot = np.stack([
-      np.stack([cO * cw - sO * sw * ci, -cO * sw - sO * cw * ci, sO * si], -1),
-      np.stack([sO * cw + cO * sw * ci, -sO * sw + cO * cw * ci, -cO * si], -1),
-      np.stack([sw * si, cw * si, ci], -1)], -2)
-  return np.concatenate([np.einsum("nij,nj->ni", rot, rp), np.einsum("nij,nj->ni", rot, vp)], -1)
-
-
-def _leo_set(n, seed=0):
-  """ode_bench.py's make_set("leo", n, seed): (y0 (n, 6), B (n,))."""
-  import numpy as np
-  from jaxext.ode import models
-  rng = np.random.default_rng([seed, 0])
-  e = rng.uniform(0, 0.02, n)
-  re = models.EARTH_RADIUS
-  lo, hi = (re + 300) / (1 - e), (re + 2000) / (1 + e)
-  a = lo + (hi - lo) * rng.uniform(size=n)
-  inc = np.arccos(rng.uniform(-1, 1, n))
-  raan, argp, nu = (rng.uniform(0, 2 * np.pi, n) for _ in range(3))
-  b = np.exp(rng.uniform(np.log(0.005), np.log(0.05), n))
-  return _elements_to_state(a, e, inc, raan, argp, nu, models.EARTH_MU), b
-
-
 def _van_der_pol(t, y, p, dydt):
   dydt[0] = y[1]
   dydt[1] = p[0] * (1 - y[0] * y[0]) * y[1] - y[0]
@@ -236,10 +205,12 @@ def ode_workloads(t_end=86400.0):
   import jax.numpy as jnp
   import numpy as np
   from jaxext import ode
-  from jaxext.ode import models
-  atm = models.Atmosphere(base_altitude=(300.0,), density=(2.418e-11,), scale_height=(53.628,))
-  model = ode.models.earth(j2=True, drag=True, atmosphere=atm)
-  y, b = _leo_set(1000)  # the benchmark's sets are nested: N = 100 is the first 100 of these
+  try:  # its trajectories and atmosphere, not copies
+    from benchmarks import ode_bench  # under Bazel (the workspace root on sys.path)
+  except ImportError:
+    import ode_bench  # run as a script (its directory on sys.path)
+  model = ode.models.earth(j2=True, drag=True, atmosphere=ode_bench.SINGLE_BAND)
+  y, b, _ = ode_bench.make_set("leo", 1000)  # nested sets: N = 100 is the first 100 of these
 
   def run(tol):
     return jax.jit(lambda y0, p: (lambda s: (s.y_final, s.status, s.n_steps, s.n_rhs))(
