@@ -102,17 +102,20 @@ def main():
     raise ValueError(f"extension modules for several machines: {machines}")
   files_base = dict(files)
 
-  def write(platform: str, out_dir: str) -> str:
+  def write(platform: str, out_dir: str, compression=zipfile.ZIP_DEFLATED) -> str:
     return write_wheel(dict(files_base), version, f"{py_tag}-{py_tag}-{platform}", major, minor,
-                       args, out_dir)
+                       args, out_dir, compression)
 
+  # The probe auditwheel reads is stored uncompressed: only the final wheel pays for deflating.
   with tempfile.TemporaryDirectory() as tmp:
-    plat = auditwheel_tag(write(f"linux_{machines.pop()}", tmp), args.auditwheel_site)
+    probe = write(f"linux_{machines.pop()}", tmp, zipfile.ZIP_STORED)
+    plat = auditwheel_tag(probe, args.auditwheel_site)
   os.makedirs(args.out_dir, exist_ok=True)
   print(os.path.basename(write(plat, args.out_dir)))
 
 
-def write_wheel(files, version, tag, major, minor, args, out_dir) -> str:
+def write_wheel(files, version, tag, major, minor, args, out_dir,
+                compression=zipfile.ZIP_DEFLATED) -> str:
   """Writes jaxext-<version>-<tag>.whl into out_dir (metadata, RECORD); returns its path."""
   dist_info = f"jaxext-{version}.dist-info"
   with open(args.readme, "rb") as f:
@@ -160,15 +163,15 @@ def write_wheel(files, version, tag, major, minor, args, out_dir) -> str:
   files[record_name] = record.getvalue().encode()
 
   path = os.path.join(out_dir, f"jaxext-{version}-{tag}.whl")
-  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+  with zipfile.ZipFile(path, "w", compression) as z:
     # dist-info last, RECORD at the very end, as installers expect.
     order = sorted(files, key=lambda d: (d.startswith(dist_info), d == record_name, d))
     for dest in order:
       zi = zipfile.ZipInfo(dest, date_time=_EPOCH)
       mode = 0o755 if dest.endswith(".so") else 0o644
       zi.external_attr = (0o100000 | mode) << 16
-      zi.compress_type = zipfile.ZIP_DEFLATED
-      z.writestr(zi, files[dest], compresslevel=9)
+      zi.compress_type = compression
+      z.writestr(zi, files[dest], compresslevel=9 if compression == zipfile.ZIP_DEFLATED else None)
   return path
 
 

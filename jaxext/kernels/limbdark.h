@@ -858,7 +858,7 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
   const double inv_total = 1.0 / law.total;
   // With derivatives, every lane's results go into lane arrays (no branch, no store conditional on
   // the lane: clang then keeps the loop one vector loop, as GCC does either way), and the first
-  // `count` are copied out; the value alone is stored directly (measured faster so, both compilers).
+  // `count` are copied out; the value alone is stored directly (measured faster so under clang).
   double f_out[kLanes], dr_out[kLanes], db_out[kLanes], du0_out[kLanes], du1_out[kLanes];
   JAXEXT_LANES {
     const bool no = none[l], tot = total[l];
@@ -867,8 +867,8 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     const double o2 = no ? 0.0 : (tot ? 0.5 * kPi : O2[l]);
     const double deficit = tot ? 1.0 : (a0 * o0 + a1 * o1 + a2 * o2) * inv_total;
     if (!kGrad && l < count) flux[l] = static_cast<T>(1.0 - deficit);
-    f_out[l] = 1.0 - deficit;
     if (kGrad) {
+      f_out[l] = 1.0 - deficit;
       const bool zero = no || tot;
       const double bb = b[l], rr = r[l], aa = a[l], c = 2.0 * bb * rr;
       const double K0 = inside[l] ? 0.0 : -fd[l] / (bb * rr);
