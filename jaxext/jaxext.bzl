@@ -137,17 +137,28 @@ _ZIG_TOOLCHAINS = {
     "aarch64": "@jaxext_zig//:aarch64",
 }
 
+# Target platforms of cross-built wheels (the build's own platform for the host's architecture).
+_CROSS_PLATFORMS = {
+    "aarch64": "//third_party/zig:linux_aarch64",
+}
+
 def _portable_transition_impl(settings, attr):
     toolchains = settings["//command_line_option:extra_toolchains"]
+    platforms = settings["//command_line_option:platforms"]
     if not attr.toolchain:
-        return {"//command_line_option:extra_toolchains": toolchains}
+        return {"//command_line_option:extra_toolchains": toolchains, "//command_line_option:platforms": platforms}
     zig = str(Label(_ZIG_TOOLCHAINS[attr.toolchain]))
-    return {"//command_line_option:extra_toolchains": [zig] + [t for t in toolchains if t != zig]}
+    if attr.toolchain in _CROSS_PLATFORMS:
+        platforms = [str(Label(_CROSS_PLATFORMS[attr.toolchain]))]
+    return {
+        "//command_line_option:extra_toolchains": [zig] + [t for t in toolchains if t != zig],
+        "//command_line_option:platforms": platforms,
+    }
 
 _portable_transition = transition(
     implementation = _portable_transition_impl,
-    inputs = ["//command_line_option:extra_toolchains"],
-    outputs = ["//command_line_option:extra_toolchains"],
+    inputs = ["//command_line_option:extra_toolchains", "//command_line_option:platforms"],
+    outputs = ["//command_line_option:extra_toolchains", "//command_line_option:platforms"],
 )
 
 def _jaxext_wheel_impl(ctx):
@@ -217,10 +228,14 @@ _jaxext_wheel = rule(
     },
 )
 
-def jaxext_wheel(name, **kwargs):
-    """The platform wheel (see _jaxext_wheel): its extensions built by zig's clang for x86_64 and
-    glibc 2.17, except in CUDA builds (--config=cuda), whose toolchain is kept."""
-    _jaxext_wheel(name = name, toolchain = if_cuda("", "x86_64"), **kwargs)
+def jaxext_wheel(name, arch = "x86_64", **kwargs):
+    """The platform wheel (see _jaxext_wheel): its extensions built by zig's clang for `arch`
+    (x86_64, the host; aarch64, cross-built) and glibc 2.17. CUDA builds (--config=cuda) keep their
+    toolchain and build the host's wheel only."""
+    if arch == "x86_64":
+        _jaxext_wheel(name = name, toolchain = if_cuda("", arch), **kwargs)
+    else:
+        _jaxext_wheel(name = name, toolchain = arch, target_compatible_with = NOT_WITH_CUDA, **kwargs)
 
 # ------------------------------------------------------------------------------------------------
 # CUDA
@@ -234,6 +249,9 @@ def if_cuda(if_true, if_false = []):
     })
 
 CUDA_ONLY = if_cuda([], ["@platforms//:incompatible"])
+
+# Targets that CUDA builds skip (the cross-built wheels: nvcc builds for the host only).
+NOT_WITH_CUDA = if_cuda(["@platforms//:incompatible"], [])
 
 def _nvcc(ctx, src, out, mode, extra = []):
     """Runs the hermetic nvcc on `src` (`mode`: "-c" for an object, "-fatbin" for device code)."""

@@ -107,53 +107,9 @@ def test_metadata_and_record():
     assert "jaxext/cpu/_cpu_ops.so" in names
 
 
-# Run in the clean virtual environment: every op under jit, vmap and grad, results as JSON. The
-# test checks them against closed forms computed here, independently of jaxext.
-_SCRIPT = r"""
-import json, sys
-import jax, jax.numpy as jnp
-jax.config.update("jax_enable_x64", True)
-import jaxext
-out = {"file": jaxext.__file__, "version": jaxext.__version__, "path": sys.path,
-       "jax": jax.__version__, "python": "%d.%d" % sys.version_info[:2]}
-lst = lambda x: [float(v) for v in jnp.ravel(jnp.asarray(x))]
-
-# kepler
-m = jnp.array([0.5, 2.0, -3.0, 7.0])
-s, c = jax.jit(jaxext.kepler)(m, 0.6)
-out["kepler_jit"] = [lst(s), lst(c)]
-mm = jnp.array([[0.1, 1.0, 2.5], [-1.0, 0.3, 3.0]])
-ee = jnp.array([0.2, 0.9])
-out["kepler_vmap"] = lst(jax.vmap(lambda a, e: jaxext.kepler(a, e)[0])(mm, ee))
-out["kepler_vmap_rows"] = [lst(jaxext.kepler(mm[i], ee[i])[0]) for i in range(2)]
-out["kepler_grad"] = float(jax.grad(lambda a: jaxext.kepler(a, 0.6)[0])(0.5))
-
-# limb_dark_flux: a uniform disk (u = 0) has closed forms
-zero = jnp.zeros(2)
-b = jnp.array([0.0, 0.5, 0.95, 1.05, 2.0])
-out["limbdark_jit"] = lst(jax.jit(jaxext.limb_dark_flux)(b, 0.1, zero))
-bb = jnp.array([[0.0, 0.3, 0.95], [0.5, 1.0, 1.2]])
-rr = jnp.array([0.1, 0.3])
-out["limbdark_vmap"] = lst(jax.vmap(jaxext.limb_dark_flux, in_axes=(0, 0, None))(bb, rr, zero))
-out["limbdark_grad_r"] = float(jax.grad(lambda r: jaxext.limb_dark_flux(0.3, r, zero))(0.1))
-out["limbdark_grad_b"] = float(jax.grad(lambda x: jaxext.limb_dark_flux(x, 0.1, zero))(0.97))
-u = jnp.array([0.4, 0.26])
-out["quadratic"] = [float(jaxext.quadratic_limb_dark_flux(0.3, 0.1, 0.4, 0.26)),
-                    float(jaxext.limb_dark_flux(0.3, 0.1, u))]
-
-# transit_light_curve
-orbit = dict(period=3.5, t0=0.3, a=9.0, impact=0.2, u=u)
-t = jnp.array([0.3, 0.3 + 0.5, 0.3 + 1.75])
-out["transit_jit"] = lst(jax.jit(lambda t: jaxext.transit_light_curve(t, r=0.1, **orbit))(t))
-out["transit_mid_expected"] = float(jaxext.limb_dark_flux(0.2, 0.1, u))
-radii = jnp.array([0.05, 0.1, 0.2])
-out["transit_vmap"] = lst(jax.vmap(lambda r: jaxext.transit_light_curve(0.3, r=r, **orbit))(radii))
-out["transit_vmap_rows"] = [float(jaxext.transit_light_curve(0.3, r=r, **orbit)) for r in radii]
-f = lambda r: jaxext.transit_light_curve(jnp.array([0.28, 0.3, 0.33]), r=r, **orbit).sum()
-out["transit_grad"] = float(jax.grad(f)(0.1))
-out["transit_fd"] = float((f(0.1 + 1e-6) - f(0.1 - 1e-6)) / 2e-6)
-print(json.dumps(out))
-"""
+# The script run in the clean environment (tests/wheel_script.py): every op under jit, vmap and
+# grad, results as JSON, checked below against closed forms computed here.
+_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wheel_script.py")
 
 
 def uniform_disk_flux(b, r):
@@ -188,14 +144,22 @@ def _run_in_clean_venv():
     assert check.returncode == 0, check.stdout + check.stderr
     empty = os.path.join(tmp, "empty")
     os.mkdir(empty)
-    out = subprocess.run([py, "-I", "-c", _SCRIPT], capture_output=True, text=True, env=env,
+    out = subprocess.run([py, "-I", _SCRIPT], capture_output=True, text=True, env=env,
                          cwd=empty)
     assert out.returncode == 0, out.stdout + out.stderr
     return site, json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# tools/wheel_emulated_test ran the script itself (another architecture, under qemu, where this
+# interpreter cannot start subprocesses): its output, the site it installed into, its jax.
+EMULATED_RESULT = os.environ.get("JAXEXT_WHEEL_TEST_RESULT")
+
+
 @pytest.fixture(scope="module")
 def installed():
+  if EMULATED_RESULT:
+    with open(EMULATED_RESULT) as f:
+      return os.environ["JAXEXT_WHEEL_TEST_SITE"], json.loads(f.read().strip().splitlines()[-1])
   return _run_in_clean_venv()
 
 
@@ -204,9 +168,12 @@ def test_installed_wheel_is_what_runs(installed):
   assert result["file"].startswith(site), result["file"]
   checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   assert not any(p.startswith(checkout) for p in result["path"] if p), result["path"]
+  assert result["python"] == "%d.%d" % sys.version_info[:2]
+  if EMULATED_RESULT:
+    assert result["jax"] == os.environ["JAXEXT_WHEEL_TEST_JAX"]
+    return
   import jax
   assert result["jax"] == jax.__version__
-  assert result["python"] == "%d.%d" % sys.version_info[:2]
   if os.environ.get("JAXEXT_WHEEL_TEST_HOST"):  # tools/wheel_host_test: no jaxext beside it
     return
   import jaxext
@@ -250,3 +217,67 @@ def test_installed_transit_jit_vmap_grad(installed):
   np.testing.assert_allclose(r["transit_vmap"], r["transit_vmap_rows"], rtol=0, atol=1e-15)
   assert r["transit_grad"] == pytest.approx(r["transit_fd"], rel=1e-6)
   assert r["transit_grad"] < 0  # a bigger planet blocks more light
+
+
+def test_installed_equivariant_jit_vmap_grad(installed):
+  _, r = installed
+  v = np.array([[0.3, -1.2, 0.5], [2.0, 0.1, -0.7], [-0.4, 0.9, 1.1]])
+  unit = v / np.linalg.norm(v, axis=1, keepdims=True)
+  sh = np.reshape(r["sh_jit"], (3, 9))  # "0e+1o+2e", e3nn's component normalisation
+  np.testing.assert_allclose(sh[:, 0], 1, rtol=0, atol=1e-15)
+  cos = unit @ unit.T  # addition theorem: Y_l(a) . Y_l(b) = (2l + 1) P_l(a . b)
+  np.testing.assert_allclose(sh[:, 1:4] @ sh[:, 1:4].T, 3 * cos, rtol=0, atol=1e-13)
+  np.testing.assert_allclose(sh[:, 4:9] @ sh[:, 4:9].T, 5 * (3 * cos ** 2 - 1) / 2, rtol=0, atol=1e-13)
+  np.testing.assert_allclose(r["sh_vmap"], r["sh_jit"], rtol=2e-15, atol=0)
+  # d/da of 3 a^ . w^ = 3 (w^ - (a^ . w^) a^) / |a|
+  want = 3 * (unit[1] - cos[0, 1] * unit[0]) / np.linalg.norm(v[0])
+  np.testing.assert_allclose(r["sh_grad"], want, rtol=0, atol=1e-13)
+
+  x = np.arange(12.0).reshape(4, 3) * 0.25
+  idx = np.array([2, 0, 2, 3, 2])
+  np.testing.assert_array_equal(np.reshape(r["gather_jit"], (5, 3)), x[idx])
+  np.testing.assert_array_equal(np.reshape(r["gather_vmap"], (5, 3)), x[idx])
+  want = np.zeros_like(x)
+  np.add.at(want, idx, np.arange(15.0).reshape(5, 3))
+  np.testing.assert_array_equal(np.reshape(r["gather_grad"], (4, 3)), want)
+  ids = np.array([1, 0, 1, 1, 3])
+  data = np.arange(10.0).reshape(5, 2) ** 1.5
+  want = np.zeros((4, 2))
+  np.add.at(want, ids, data)
+  np.testing.assert_allclose(np.reshape(r["segment_jit"], (4, 2)), want, rtol=1e-15, atol=0)
+  want = np.zeros((5, 2))
+  want[:, 0] = np.arange(4.0)[ids]
+  np.testing.assert_array_equal(np.reshape(r["segment_grad"], (5, 2)), want)
+
+  tp = np.array(r["tp_jit"])  # linear in x and in the weights
+  assert np.abs(tp).max() > 0.1
+  np.testing.assert_allclose(r["tp_eager"], tp, rtol=0, atol=1e-15)
+  np.testing.assert_allclose(r["tp_scaled"], 6 * tp, rtol=1e-14, atol=1e-14)
+  np.testing.assert_allclose(r["tp_vmap"], tp, rtol=0, atol=1e-15)
+  np.testing.assert_allclose(r["tp_grad"][:8], r["tp_grad_fd"], rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(r["conv_jit"], r["conv_composed"], rtol=0, atol=1e-13)
+  np.testing.assert_allclose(r["conv_grad"], r["conv_grad_composed"], rtol=0, atol=1e-12)
+
+
+def test_installed_ode_model(installed):
+  _, r = installed
+  assert r["ode_model_status"] == [0, 0]
+  th, rad = r["ode_model_expected_angle"], 7000.0
+  v = (398600.4418 / rad) ** 0.5
+  c, s = math.cos(th), math.sin(th)
+  want = [[rad * c, rad * s, 0, -v * s, v * c, 0], [-rad * s, rad * c, 0, -v * c, -v * s, 0]]
+  got = np.array(r["ode_model_final"])
+  np.testing.assert_allclose(got[:, :3], np.array(want)[:, :3], rtol=0, atol=1e-5)  # km
+  np.testing.assert_allclose(got[:, 3:], np.array(want)[:, 3:], rtol=0, atol=1e-8)  # km/s
+
+
+def test_installed_numba_kernel_and_ode_rhs(installed):
+  _, r = installed
+  x, y = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 4.0])
+  np.testing.assert_array_equal(r["numba_jit"], 2.5 * x + y)
+  np.testing.assert_array_equal(r["numba_vmap"], 2.5 * x + y)
+  np.testing.assert_array_equal(r["numba_grad"], [2.5] * 3)
+  k, y0 = np.array([0.5, 1.5]), np.array([2.0, 1.0])
+  np.testing.assert_allclose(r["ode_rhs_final"], y0 * np.exp(-2 * k), rtol=1e-10)
+  np.testing.assert_allclose(r["ode_rhs_dk"], -2 * y0 * np.exp(-2 * k), rtol=1e-8)
+  np.testing.assert_allclose(r["ode_rhs_dy0"], np.exp(-2 * k), rtol=1e-8)

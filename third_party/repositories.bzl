@@ -11,13 +11,16 @@ or the consumer's WORKSPACE; offline, tools/bazel points them at Debian's copies
 load("//third_party/auditwheel:auditwheel_repository.bzl", "auditwheel_repository")
 load("//third_party/batman:batman_repository.bzl", "batman_repository")
 load("//third_party/cuda:cuda_repository.bzl", "cuda_repository")
-load("//third_party/python:python_repository.bzl", "python_repository")
+load("//third_party/python:python_repository.bzl", "CROSS_ARCHS", "python_cross_headers", "python_repository")
 load("//third_party/xla_ffi:xla_ffi_repository.bzl", "xla_ffi_repository")
 load("//third_party/zig:zig_repository.bzl", "zig_repository")
 
 def jaxext_dependencies():
     if not native.existing_rule("jaxext_python"):
         python_repository(name = "jaxext_python")
+    for arch in CROSS_ARCHS:  # fetched only by cross builds (//:wheel_aarch64)
+        if not native.existing_rule("jaxext_python_" + arch):
+            python_cross_headers(name = "jaxext_python_" + arch, arch = arch)
     if not native.existing_rule("jaxext_xla_ffi"):
         xla_ffi_repository(name = "jaxext_xla_ffi")
     if not native.existing_rule("jaxext_auditwheel"):

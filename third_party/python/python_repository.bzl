@@ -4,7 +4,8 @@
 
 * `:toolchain`         a Python toolchain whose interpreter is a virtual environment with every wheel
                        of the selected lock file installed (register it; py_test targets run in it);
-* `:python_headers`    CPython's C headers of the selected interpreter;
+* `:python_headers`    CPython's C headers of the selected interpreter (for another architecture:
+                       Debian's for the same release, from `python_cross_headers`);
 * `:pybind11`          pybind11's headers (from the locked wheel);
 * `:numpy_headers`     NumPy's C API headers (the benchmark's batman extension);
 * `:python_info.json`  what was selected and found (Python and jax versions, python tag); every
@@ -27,7 +28,7 @@ The XLA FFI headers do not come from here: they are the JAXLIB_FLOOR headers of
 @jaxext_xla_ffi (third_party/xla_ffi), whatever jax the tests run with.
 """
 
-load("//third_party:pins.bzl", "JAXLIB_FLOOR", "JAX_SETS", "PYTHON")
+load("//third_party:pins.bzl", "DEBIAN_SUITE", "JAXLIB_FLOOR", "JAX_SETS", "PYTHON")
 
 _BUILD = """\
 load("@rules_python//python:defs.bzl", "py_runtime", "py_runtime_pair")
@@ -36,8 +37,15 @@ package(default_visibility = ["//visibility:public"])
 
 exports_files(["python_info.json"])
 
+# CPython's headers for the target's architecture: the interpreter's own, or (cross builds such as
+# //:wheel_aarch64) Debian's for the same CPython release on that architecture.
 cc_library(
     name = "python_headers",
+    deps = select({cross_headers}),
+)
+
+cc_library(
+    name = "host_python_headers",
     hdrs = glob(["python_include/**/*.h"]),
     includes = ["python_include"],
 )
@@ -170,7 +178,10 @@ def _python_repository_impl(rctx):
              res.stdout + res.stderr)
     interpreter = str(rctx.path("venv/bin/python3"))
     rctx.file("python3.sh", "#!/bin/sh\nexec \"%s\" \"$@\"\n" % interpreter, executable = True)
-    rctx.file("BUILD.bazel", _BUILD.format(interpreter = interpreter))
+    host = _ARCH.get(rctx.os.arch, rctx.os.arch)
+    cross = ['"@platforms//cpu:%s": ["@jaxext_python_%s//:python_headers"]' % (a, a) for a in CROSS_ARCHS if a != host]
+    cross_headers = "{%s}" % ", ".join(cross + ['"//conditions:default": [":host_python_headers"]'])
+    rctx.file("BUILD.bazel", _BUILD.format(interpreter = interpreter, cross_headers = "{cross_headers}").replace("{cross_headers}", cross_headers))
     rctx.file("WORKSPACE", "")
 
 python_repository = repository_rule(
@@ -182,10 +193,131 @@ python_repository = repository_rule(
     environ = ["HERMETIC_PYTHON_VERSION", "JAXEXT_JAX", "JAXEXT_PYTHON", "JAXEXT_PIP_INDEX_URL"],
 )
 
-def _python_deps_impl(_mctx):
+# Architectures wheels are cross-built for (//:wheel_<arch>), as Bazel's @platforms//cpu names them.
+CROSS_ARCHS = ["aarch64"]
+
+# rctx.os.arch (Java's os.arch) -> @platforms//cpu; Debian's architecture and multiarch names.
+_ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+_DEBIAN_ARCH = {"x86_64": ("amd64", "x86_64-linux-gnu"), "aarch64": ("arm64", "aarch64-linux-gnu")}
+
+_CROSS_BUILD = """\
+package(default_visibility = ["//visibility:public"])
+
+# Debian's libpython{version}-dev {deb_version} for {deb_arch}: CPython's headers with the
+# pyconfig.h of that architecture (selected by Debian's pyconfig.h through <{multiarch}/...>).
+cc_library(
+    name = "python_headers",
+    hdrs = glob(["python_include/**/*.h"]),
+    includes = ["python_include"],
+)
+"""
+
+def _system_mirror(rctx):
+    """The first Debian mirror of this system's apt sources (tools/bazel's root: the one it used)."""
+    for f in ("/etc/apt/sources.list", "/etc/apt/sources.list.d/debian.sources"):
+        if not rctx.path(f).exists:
+            continue
+        for line in rctx.read(f).splitlines():
+            words = [w for w in line.replace("URIs:", "deb").replace("\t", " ").split(" ") if w]
+            for w in words[1:]:
+                if w.startswith("http") and "/debian" in w and "security" not in w:
+                    return w
+    return None
+
+def _python_cross_headers_impl(rctx):
+    python, version, found = _select_python(rctx)
+    arch = rctx.attr.arch
+    deb_arch, multiarch = _DEBIAN_ARCH[arch]
+    pkg = "libpython%s-dev" % version
+    why = ("Wheels for %s are built against Debian's %s CPython headers of the same release as the " % (arch, deb_arch) +
+           "interpreter, so the interpreter must be Debian's python%s (tools/bazel's toolchain root " % version +
+           "has 3.13, 3.14 and 3.15; no Debian suite has 3.12)")
+    res = rctx.execute(["dpkg-query", "-W", "-f=${Version}", pkg])
+    deb_version = res.stdout.strip()
+    if res.return_code != 0 or not deb_version:
+        fail("%s: %s is not installed here (%s). %s." % (python, pkg, res.stderr.strip(), why))
+    if str(python) not in ("/usr/bin/python" + version, "/bin/python" + version):
+        fail("%s (CPython %s) is not Debian's /usr/bin/python%s. %s." % (python, found, version, why))
+    if deb_version.split("-")[0] != found:
+        fail("%s is CPython %s but %s is %s. %s." % (python, found, pkg, deb_version, why))
+
+    # apt with a private state (no root, nothing of the system's apt touched): the Debian archive's
+    # signed index for the target architecture, then that one package at the host's version.
+    mirror = rctx.os.environ.get("JAXEXT_DEBIAN_MIRROR", "") or _system_mirror(rctx) or "http://deb.debian.org/debian"
+    apt = rctx.path("apt")
+    for d in ("lists/partial", "cache/archives/partial", "etc", "download"):
+        rctx.execute(["mkdir", "-p", "%s/%s" % (apt, d)])
+    rctx.file("apt/status", "")
+    rctx.file("apt/etc/sources.list", "deb [arch=%s signed-by=%s] %s %s main\n" % (
+        deb_arch, rctx.attr.keyring, mirror, DEBIAN_SUITE))
+    opts = []
+    for kv in [
+        "Debug::NoLocking=1",
+        "Dir::Etc::SourceList=%s/etc/sources.list" % apt,
+        "Dir::Etc::SourceParts=%s/etc" % apt,
+        "Dir::State::Lists=%s/lists" % apt,
+        "Dir::State::status=%s/status" % apt,
+        "Dir::Cache=%s/cache" % apt,
+        "APT::Architecture=" + deb_arch,
+        "APT::Architectures::=" + deb_arch,
+        "APT::Sandbox::User=root",
+        "Acquire::Check-Valid-Until=false",
+        "Acquire::Languages=none",
+    ]:
+        opts += ["-o", kv]
+    rctx.report_progress("apt: Debian's %s=%s for %s" % (pkg, deb_version, deb_arch))
+    for cmd in (["apt-get"] + opts + ["-q", "update"],
+                ["apt-get"] + opts + ["-q", "download", "%s:%s=%s" % (pkg, deb_arch, deb_version)]):
+        res = rctx.execute(cmd, working_directory = str(apt) + "/download", timeout = 600)
+        if res.return_code != 0:
+            fail("%s failed (the %s %s headers of %s): %s%s" % (
+                " ".join(cmd[:1] + cmd[-2:]), deb_arch, pkg, mirror, res.stdout, res.stderr))
+    debs = [p for p in rctx.path(str(apt) + "/download").readdir() if p.basename.endswith(".deb")]
+    if len(debs) != 1:
+        fail("apt-get download left %s" % debs)
+    res = rctx.execute(["dpkg-deb", "-x", str(debs[0]), str(rctx.path("deb"))])
+    if res.return_code != 0:
+        fail("dpkg-deb -x %s: %s" % (debs[0], res.stderr))
+    inc = "deb/usr/include"
+    py = "python" + version
+    if not rctx.path("%s/%s/%s/pyconfig.h" % (inc, multiarch, py)).exists:
+        fail("%s has no %s/%s/pyconfig.h" % (debs[0], multiarch, py))
+    rctx.execute(["mkdir", "-p", "python_include/%s/%s" % (multiarch, py)])
+    for src, dst in (("%s/%s" % (inc, py), "python_include"),
+                     ("%s/%s/%s" % (inc, multiarch, py), "python_include/%s/%s" % (multiarch, py))):
+        res = rctx.execute(["cp", "-r", "--no-preserve=mode", src + "/.", dst])
+        if res.return_code != 0:
+            fail("cp %s: %s" % (src, res.stderr))
+    rctx.delete("apt")
+    rctx.delete("deb")
+    rctx.file("BUILD.bazel", _CROSS_BUILD.format(
+        version = version, deb_version = deb_version, deb_arch = deb_arch, multiarch = multiarch))
+    rctx.file("WORKSPACE", "")
+
+python_cross_headers = repository_rule(
+    implementation = _python_cross_headers_impl,
+    doc = """CPython's C headers for another architecture (`arch`, an @platforms//cpu name): those of
+    Debian's libpython3.X-dev for it, at the version of the selected interpreter's own Debian package
+    (so the selected interpreter must be Debian's: tools/bazel's toolchain root has 3.13-3.15).
+    Fetched through apt with a private state, checked against the Debian archive's keyring.""",
+    attrs = {
+        "arch": attr.string(mandatory = True, values = CROSS_ARCHS),
+        "keyring": attr.string(default = "/usr/share/keyrings/debian-archive-keyring.gpg"),
+        "_pins": attr.label(default = "//third_party:pins.bzl"),
+    },
+    environ = ["HERMETIC_PYTHON_VERSION", "JAXEXT_PYTHON", "JAXEXT_DEBIAN_MIRROR"],
+)
+
+def python_repositories():
+    """@jaxext_python and, fetched only by cross builds, @jaxext_python_<arch> headers."""
     python_repository(name = "jaxext_python")
+    for arch in CROSS_ARCHS:
+        python_cross_headers(name = "jaxext_python_" + arch, arch = arch)
+
+def _python_deps_impl(_mctx):
+    python_repositories()
 
 python_deps = module_extension(
     implementation = _python_deps_impl,
-    doc = "Creates @jaxext_python (see python_repository).",
+    doc = "Creates @jaxext_python (see python_repository) and @jaxext_python_<arch> (python_cross_headers).",
 )
