@@ -253,6 +253,46 @@ def test_out_of_bounds_with_boundscheck_raises():
     jax.block_until_ready(shifted(np.ones(4)))
 
 
+@numba.njit
+def _write_first(a):
+  a[0] = 1.0
+
+
+def test_inputs_are_read_only():
+  """A kernel may not write its inputs: they are the caller's jax arrays (XLA may alias them with
+  other values); the write fails to compile, eagerly and under jit, and the array is unchanged."""
+  @jaxext.numba_kernel(outputs=like)
+  def scribbles(x, out):
+    x[0] = 42.0
+    for i in range(x.shape[0]):
+      out[i] = x[i]
+
+  @jaxext.numba_kernel(outputs=like)
+  def through_a_callee(x, out):
+    _write_first(x)
+    for i in range(x.shape[0]):
+      out[i] = x[i]
+
+  x = jnp.arange(3.0)
+  alias = x[:2]
+  for kernel in (scribbles, through_a_callee):
+    for call, arg in ((kernel, x), (jax.jit(kernel), x), (jax.vmap(kernel), x[None])):
+      with pytest.raises(TypeError, match="inputs are read-only"):
+        call(arg)
+  np.testing.assert_array_equal(x, [0.0, 1.0, 2.0])
+  np.testing.assert_array_equal(alias, [0.0, 1.0])
+
+  @jaxext.numba_kernel(outputs=like)
+  def scratch(x, out):
+    y = x.copy()  # the documented way to use an input as scratch space
+    y[0] = 5.0
+    for i in range(x.shape[0]):
+      out[i] = y[i]
+
+  np.testing.assert_array_equal(jax.jit(scratch)(x), [5.0, 1.0, 2.0])
+  np.testing.assert_array_equal(x, [0.0, 1.0, 2.0])
+
+
 def test_compile_error_names_kernel_and_signature_at_trace_time():
   @jaxext.numba_kernel(outputs=like)
   def broken(x, out):

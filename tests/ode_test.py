@@ -10,7 +10,10 @@ and argument errors.
 
 import math
 import os
+import subprocess
+import sys
 import tempfile
+import textwrap
 import warnings
 
 os.environ.setdefault("JAXEXT_NUMBA_CACHE_DIR",
@@ -499,6 +502,112 @@ def test_non_finite_rows_leave_the_others_exact():
 def test_user_exception_raises():
   with pytest.raises(Exception, match="raised an exception"):
     jax.block_until_ready(ode.dop853(raises, np.array([[0.0]]), (0.0, 1.0)).ys)
+
+
+def test_states_and_parameters_are_read_only():
+  """y and p belong to the integrator (its stage workspace) and the caller: a right-hand side,
+  Jacobian or event writing them fails to compile, naming the rule, eagerly and under jit."""
+  def writes_y(t, y, p, dydt):
+    y[0] = 0.0
+    dydt[0] = -y[0]
+
+  def writes_p(t, y, p, dydt):
+    p[0] = 2.0
+    dydt[0] = -p[0] * y[0]
+
+  def jac_writes_y(t, y, p, dfdy, dfdp):
+    y[0] = 1.0
+    dfdy[0, 0] = -1.0
+
+  def decay(t, y, p, dydt):
+    dydt[0] = -y[0]
+
+  def event_writes_y(t, y, p):
+    y[0] = 0.5
+    return y[0] - 0.5
+
+  y0, prm = jnp.array([[1.0]]), jnp.array([[1.0]])
+  cases = [lambda y: ode.dop853(writes_y, y, (0.0, 1.0), prm).y_final,
+           lambda y: ode.dop853(writes_p, y, (0.0, 1.0), prm).y_final,
+           lambda y: ode.dop853(decay, y, (0.0, 1.0), prm,
+                                events=[ode.event(event_writes_y)]).y_final,
+           jax.grad(lambda y: ode.dop853(ode.rhs(decay, jacobian=jac_writes_y), y, (0.0, 1.0),
+                                         prm).y_final.sum())]
+  for case in cases:
+    for call in (case, jax.jit(case)):
+      with pytest.raises(TypeError, match="inputs are read-only"):
+        jax.block_until_ready(call(y0))
+  np.testing.assert_array_equal(y0, [[1.0]])
+  np.testing.assert_array_equal(prm, [[1.0]])
+
+
+def _reads_past_p(t, y, p, dydt):
+  dydt[0] = -p[3] * y[0]  # p has one column
+
+
+def _writes_past_dfdy(t, y, p, dfdy, dfdp):
+  dfdy[0, 0] = -p[0]
+  dfdp[0, 0] = -y[0]
+  dfdy[5, 5] = 1.0  # d = 1
+
+
+def _decay(t, y, p, dydt):
+  dydt[0] = -p[0] * y[0]
+
+
+def _event_past_y(t, y, p):
+  return y[7] - 0.5
+
+
+def test_boundscheck_on_every_user_function():
+  """`boundscheck=True` (Numba's bounds checking) turns an out-of-range index in a right-hand
+  side, Jacobian or event into the call's exception, eagerly and under jit."""
+  y0, prm = jnp.array([[1.0]]), jnp.array([[0.5]])
+  checked_rhs = ode.rhs(_reads_past_p, boundscheck=True)
+  checked_jac = ode.rhs(_decay, jacobian=_writes_past_dfdy, boundscheck=True)
+  checked_event = ode.event(_event_past_y, boundscheck=True)
+  cases = [lambda y: ode.dop853(checked_rhs, y, (0.0, 1.0), prm).y_final,
+           jax.grad(lambda y: ode.dop853(checked_jac, y, (0.0, 1.0), prm).y_final.sum()),
+           lambda y: ode.dop853(_decay, y, (0.0, 1.0), prm, events=[checked_event]).y_final]
+  for case in cases:
+    for call in (case, jax.jit(case)):
+      with pytest.raises(Exception, match="raised an exception"):
+        jax.block_until_ready(call(y0))
+  # The same functions without the flag are different primitives (nothing cached is shared).
+  from jaxext.ode.dop853 import UserFunctions
+  assert UserFunctions(checked_rhs, ()) != UserFunctions(ode.rhs(_reads_past_p), ())
+  # In range, a checked function gives the unchecked one's numbers.
+  fine = ode.rhs(_decay, boundscheck=True)
+  np.testing.assert_array_equal(ode.dop853(fine, y0, (0.0, 1.0), prm).y_final,
+                                ode.dop853(_decay, y0, (0.0, 1.0), prm).y_final)
+
+
+def test_numba_boundscheck_environment_variable_is_honoured(tmp_path):
+  """NUMBA_BOUNDSCHECK=1 checks every user function, as it does Numba's own, and is part of the
+  content id: machine code compiled without checks (cached on disk) is not served under it."""
+  script = textwrap.dedent("""
+      import jax, jax.numpy as jnp
+      jax.config.update("jax_enable_x64", True)
+      from jaxext import ode
+
+      def reads_past_p(t, y, p, dydt):
+          dydt[0] = -p[3] * y[0]
+
+      try:
+          out = ode.dop853(reads_past_p, jnp.array([[1.0]]), (0.0, 1.0), jnp.array([[0.5]]))
+          jax.block_until_ready(out.y_final)
+          print("NO ERROR")
+      except Exception as err:
+          print("RAISED" if "raised an exception" in str(err) else f"OTHER {err}")
+      """)
+  env = dict(os.environ, JAXEXT_NUMBA_CACHE_DIR=str(tmp_path))
+  env.pop("NUMBA_BOUNDSCHECK", None)
+  run = lambda env: subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                                   text=True, timeout=300)
+  first = run(env)  # unchecked: reads past p (garbage, no error), compiled and cached on disk
+  assert first.returncode == 0 and "NO ERROR" in first.stdout, first.stdout + first.stderr
+  second = run(dict(env, NUMBA_BOUNDSCHECK="1"))
+  assert second.returncode == 0 and "RAISED" in second.stdout, second.stdout + second.stderr
 
 
 # --- transformations ----------------------------------------------------------------------------

@@ -48,12 +48,37 @@ import numpy as np
 
 try:
   import numba
+  import numba.core.imputils
+  import numba.extending
   from numba import types as nbtypes
 except ImportError as err:  # pragma: no cover - exercised by tests without numba
   raise ImportError(
       "jaxext.numba_kernel needs Numba: pip install 'jaxext[numba]' (numba>=0.68)") from err
 
 from jaxext.version import __version__ as _jaxext_version
+
+
+@numba.extending.intrinsic
+def readonly(typingctx, arr):
+  """The same array, typed read-only: a function writing into it fails to compile (no run-time
+  cost; the array's data model does not depend on the flag). Inputs are the caller's jax arrays,
+  which XLA may share with other values: a write would change them behind jax's back."""
+  if not isinstance(arr, nbtypes.Array):
+    return None
+  sig = arr.copy(readonly=True)(arr)
+
+  def codegen(context, builder, signature, args):
+    return numba.core.imputils.impl_ret_borrowed(context, builder, signature.return_type, args[0])
+  return sig, codegen
+
+
+def explain(err: Exception) -> str:
+  """Numba's error, with what jaxext's conventions add to a read-only write."""
+  text = str(err)
+  if "readonly" in text or "read-only" in text:
+    text += ("\n(jaxext: inputs are read-only, as jax arrays are: write results into the outputs, "
+             "and copy an input first (x.copy()) to use it as scratch space)")
+  return text
 
 # dtype name -> NumPy dtype the kernel sees (XLA's PRED is one byte, as NumPy's bool_).
 DTYPES = {name: np.dtype(name) for name in ("float32", "float64", "int32", "int64", "bool")}
@@ -274,7 +299,10 @@ def _wrapper_source(signature: Signature) -> str:
   for i, (dtype, rank) in enumerate(signature.args + signature.results):
     shape = "(" + "".join(f"shapes[{pos + k}], " for k in range(rank)) + ")"
     pos += rank
-    lines.append(f"        a{i} = carray(data[{i}], {shape}, DTYPE_{dtype})")
+    array = f"carray(data[{i}], {shape}, DTYPE_{dtype})"
+    if i < len(signature.args):
+      array = f"readonly({array})"
+    lines.append(f"        a{i} = {array}")
     names.append(f"a{i}")
   nf = ni = 0
   for kind in signature.params:
@@ -346,6 +374,13 @@ def _load_wrapper_module(kernel_id: int, source: str, env: dict):
   return namespace["jaxext_entry"], False
 
 
+def effective_boundscheck(requested):
+  """What Numba compiles with: NUMBA_BOUNDSCHECK=0/1 overrides a function's own flag (Numba's
+  rule); part of the content id, so that setting it never serves code compiled the other way."""
+  forced = numba.config.BOUNDSCHECK
+  return bool(requested) if forced is None else bool(forced)
+
+
 def compile_cpu(fn, name: str, signature: Signature, *, boundscheck: bool = False) -> CpuEntry:
   """Compiles `fn` for `signature` (once per process; machine code cached on disk)."""
   return compile_entry(fn, name, key=signature, source=_wrapper_source(signature),
@@ -360,7 +395,8 @@ def compile_entry(fn, name: str, *, key, source: str, entry_type, env=None,
   the compilation depends on beside `fn`; `env` adds globals to the wrapper's module. Once per
   process and content id; machine code cached on disk. Other users: jaxext.ode's right-hand sides.
   """
-  options = (("boundscheck", bool(boundscheck)), ("entry", source))
+  boundscheck = effective_boundscheck(boundscheck)
+  options = (("boundscheck", boundscheck), ("entry", source))
   kernel_id = content_id(fn, key, options)
   with _lock:
     entry = _entries.get(kernel_id)
@@ -369,14 +405,14 @@ def compile_entry(fn, name: str, *, key, source: str, entry_type, env=None,
     py_func = fn.py_func if isinstance(fn, numba.core.dispatcher.Dispatcher) else fn
     _refresh_callees(py_func)
     kernel = numba.njit(nogil=True, boundscheck=boundscheck)(py_func)
-    module_env = {"carray": numba.carray, "kernel": kernel}
+    module_env = {"carray": numba.carray, "kernel": kernel, "readonly": readonly}
     module_env.update({f"DTYPE_{k}": v for k, v in DTYPES.items()})
     module_env.update(env or {})
     wrapper, in_file = _load_wrapper_module(kernel_id, source, module_env)
     try:
       cf = numba.cfunc(entry_type, nopython=True, cache=in_file)(wrapper)
     except numba.core.errors.NumbaError as err:
-      raise TypeError(f"{what}: Numba cannot compile it for {describe}:\n{err}") from None
+      raise TypeError(f"{what}: Numba cannot compile it for {describe}:\n{explain(err)}") from None
     entry = CpuEntry(kernel_id=kernel_id, address=cf.address, signature=key, cfunc=cf)
     _entries[kernel_id] = entry
     return entry

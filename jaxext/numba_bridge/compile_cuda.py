@@ -154,7 +154,9 @@ def _numba_types(signature: Signature):
   from numba import types as nbtypes
   scalar = {"float32": nbtypes.float32, "float64": nbtypes.float64, "int32": nbtypes.int32,
             "int64": nbtypes.int64, "bool": nbtypes.boolean}
-  arrays = [nbtypes.Array(scalar[d], r, "C") for d, r in signature.args + signature.results]
+  # Inputs read-only, as on the CPU (compile_cpu.readonly): writing one fails to compile.
+  arrays = [nbtypes.Array(scalar[d], r, "C", readonly=True) for d, r in signature.args]
+  arrays += [nbtypes.Array(scalar[d], r, "C") for d, r in signature.results]
   params = [nbtypes.float64 if k == "f" else nbtypes.int64 for k in signature.params]
   return tuple(arrays + params)
 

@@ -73,10 +73,13 @@ def numba_kernel(outputs, *, vmap="sequential", name=None, boundscheck=False):
     vmap: "sequential" (default) or "elementwise".
     name: used in error messages (default: the function's name).
     boundscheck: compile with Numba's bounds checking (an out-of-range index then raises, and
-      the call fails with an error, instead of reading or writing arbitrary memory).
+      the call fails with an error, instead of reading or writing arbitrary memory: an output
+      smaller than what the function writes corrupts the process's memory without it).
+      `NUMBA_BOUNDSCHECK=0/1` overrides it, as it does Numba's own.
 
-  The function takes the inputs (read them only), then the outputs (write every element: they are
-  not initialised), then the parameters. Supported dtypes: float32, float64, int32, int64, bool;
+  The function takes the inputs (read-only: writing one, directly or through a function it
+  calls, fails to compile; copy it first, `x.copy()`, for scratch space), then the outputs (write
+  every element: they are not initialised), then the parameters. Supported dtypes: float32, float64, int32, int64, bool;
   any rank. Parameters are Python or NumPy scalars given by keyword at the call; floats reach the
   kernel as float64, ints and bools as int64.
   """

@@ -31,7 +31,7 @@ def _register(entry) -> int:
   return entry.kernel_id
 
 
-def compile_rhs(fn, name: str, dtype, n: int, p: int) -> int:
+def compile_rhs(fn, name: str, dtype, n: int, p: int, boundscheck: bool = False) -> int:
   """The content id of `fn(t, y, p, dydt)` compiled for (dtype, n, p), registered for the CPU."""
   dt = np.dtype(dtype).name
   t = _NB[dt]
@@ -39,20 +39,20 @@ def compile_rhs(fn, name: str, dtype, n: int, p: int) -> int:
   source = "\n".join([
       "def jaxext_entry(t, y, p, dydt, status):",
       "    try:",
-      f"        kernel(t, carray(y, ({n},), DTYPE_{dt}), carray(p, ({p},), DTYPE_{dt}),",
-      f"               carray(dydt, ({n},), DTYPE_{dt}))",
+      f"        kernel(t, readonly(carray(y, ({n},), DTYPE_{dt})),",
+      f"               readonly(carray(p, ({p},), DTYPE_{dt})), carray(dydt, ({n},), DTYPE_{dt}))",
       "    except Exception:",
       "        status[0] = 1",
       ""])
   entry = compile_cpu.compile_entry(
-      fn, name, key=("ode-rhs", dt, n, p), source=source,
+      fn, name, key=("ode-rhs", dt, n, p), source=source, boundscheck=boundscheck,
       entry_type=nbtypes.void(t, ptr, ptr, ptr, nbtypes.CPointer(nbtypes.int32)),
       what=f"jaxext.ode right-hand side '{name}'",
       describe=f"rhs(t: {dt}, y: {dt}[{n}], p: {dt}[{p}], dydt: {dt}[{n}])")
   return _register(entry)
 
 
-def compile_jacobian(fn, name: str, dtype, n: int, p: int) -> int:
+def compile_jacobian(fn, name: str, dtype, n: int, p: int, boundscheck: bool = False) -> int:
   """The content id of `fn(t, y, p, dfdy, dfdp)` (Jacobians of a right-hand side) for (dtype, n, p)."""
   dt = np.dtype(dtype).name
   t = _NB[dt]
@@ -60,13 +60,14 @@ def compile_jacobian(fn, name: str, dtype, n: int, p: int) -> int:
   source = "\n".join([
       "def jaxext_entry(t, y, p, dfdy, dfdp, status):",
       "    try:",
-      f"        kernel(t, carray(y, ({n},), DTYPE_{dt}), carray(p, ({p},), DTYPE_{dt}),",
+      f"        kernel(t, readonly(carray(y, ({n},), DTYPE_{dt})),",
+      f"               readonly(carray(p, ({p},), DTYPE_{dt})),",
       f"               carray(dfdy, ({n}, {n}), DTYPE_{dt}), carray(dfdp, ({n}, {p}), DTYPE_{dt}))",
       "    except Exception:",
       "        status[0] = 1",
       ""])
   entry = compile_cpu.compile_entry(
-      fn, name, key=("ode-jacobian", dt, n, p), source=source,
+      fn, name, key=("ode-jacobian", dt, n, p), source=source, boundscheck=boundscheck,
       entry_type=nbtypes.void(t, ptr, ptr, ptr, ptr, nbtypes.CPointer(nbtypes.int32)),
       what=f"jaxext.ode Jacobian of '{name}'",
       describe=f"jacobian(t: {dt}, y: {dt}[{n}], p: {dt}[{p}], dfdy: {dt}[{n},{n}], "
@@ -74,7 +75,7 @@ def compile_jacobian(fn, name: str, dtype, n: int, p: int) -> int:
   return _register(entry)
 
 
-def compile_event(fn, name: str, dtype, n: int, p: int) -> int:
+def compile_event(fn, name: str, dtype, n: int, p: int, boundscheck: bool = False) -> int:
   """The content id of the event `fn(t, y, p) -> float` compiled for (dtype, n, p)."""
   dt = np.dtype(dtype).name
   t = _NB[dt]
@@ -83,14 +84,14 @@ def compile_event(fn, name: str, dtype, n: int, p: int) -> int:
       "def jaxext_entry(t, y, p, status):",
       "    g = DTYPE_ZERO",
       "    try:",
-      f"        g = DTYPE_ZERO + kernel(t, carray(y, ({n},), DTYPE_{dt}), "
-      f"carray(p, ({p},), DTYPE_{dt}))",
+      f"        g = DTYPE_ZERO + kernel(t, readonly(carray(y, ({n},), DTYPE_{dt})), "
+      f"readonly(carray(p, ({p},), DTYPE_{dt})))",
       "    except Exception:",
       "        status[0] = 1",
       "    return g",
       ""])
   entry = compile_cpu.compile_entry(
-      fn, name, key=("ode-event", dt, n, p), source=source,
+      fn, name, key=("ode-event", dt, n, p), source=source, boundscheck=boundscheck,
       entry_type=t(t, ptr, ptr, nbtypes.CPointer(nbtypes.int32)),
       env={"DTYPE_ZERO": np.dtype(dt).type(0)},
       what=f"jaxext.ode event '{name}'",

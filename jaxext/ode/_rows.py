@@ -38,8 +38,8 @@ def _gradient_shapes(t, y, p):
 
 
 @functools.lru_cache(maxsize=64)
-def _rhs_rows(fn, name):
-  user = numba.njit(getattr(fn, "py_func", fn))
+def _rhs_rows(fn, name, boundscheck=False):
+  user = numba.njit(boundscheck=boundscheck)(getattr(fn, "py_func", fn))
 
   def rhs_rows(t, y, p, dydt):
     for i in range(t.shape[0]):
@@ -47,13 +47,13 @@ def _rhs_rows(fn, name):
       if t[i] == t[i]:
         user(t[i], y[i], p[i], dydt[i])
 
-  return numba_kernel(outputs=_rhs_shape, vmap="elementwise",
+  return numba_kernel(outputs=_rhs_shape, vmap="elementwise", boundscheck=boundscheck,
                       name=f"jaxext.ode right-hand side '{name}' at events")(rhs_rows)
 
 
 @functools.lru_cache(maxsize=64)
-def _gradient_rows(fn, name):
-  user = numba.njit(getattr(fn, "py_func", fn))
+def _gradient_rows(fn, name, boundscheck=False):
+  user = numba.njit(boundscheck=boundscheck)(getattr(fn, "py_func", fn))
 
   def gradient_rows(t, y, p, dgdt, dgdy, dgdp):
     for i in range(t.shape[0]):
@@ -63,7 +63,7 @@ def _gradient_rows(fn, name):
       if t[i] == t[i]:
         dgdt[i] = user(t[i], y[i], p[i], dgdy[i], dgdp[i])
 
-  return numba_kernel(outputs=_gradient_shapes, vmap="elementwise",
+  return numba_kernel(outputs=_gradient_shapes, vmap="elementwise", boundscheck=boundscheck,
                       name=f"jaxext.ode gradient of the event '{name}'")(gradient_rows)
 
 
@@ -75,7 +75,7 @@ def _row_blocks(t, y, p):
 
 
 @functools.lru_cache(maxsize=64)
-def _rhs_rows_cuda(fn, name):
+def _rhs_rows_cuda(fn, name, boundscheck=False):  # numba-cuda has no bounds checking
   from numba import cuda
   user = cuda.jit(device=True)(getattr(fn, "py_func", fn))
 
@@ -93,7 +93,7 @@ def _rhs_rows_cuda(fn, name):
 
 
 @functools.lru_cache(maxsize=64)
-def _gradient_rows_cuda(fn, name):
+def _gradient_rows_cuda(fn, name, boundscheck=False):
   from numba import cuda
   user = cuda.jit(device=True)(getattr(fn, "py_func", fn))
 
@@ -116,32 +116,34 @@ def _gradient_rows_cuda(fn, name):
 _KERNELS = {"cpu": {"rhs": _rhs_rows, "gradient": _gradient_rows},
             "cuda": {"rhs": _rhs_rows_cuda, "gradient": _gradient_rows_cuda}}
 
-# rows_p(t (M,), y (M, d), p (M, q); fn, name, kind): kind "rhs" -> (f (M, d),), "gradient" ->
+# rows_p(t (M,), y (M, d), p (M, q); fn, name, kind, boundscheck): kind "rhs" -> (f (M, d),),
+# "gradient" ->
 # (dg/dt (M,), dg/dy (M, d), dg/dp (M, q)). Lowered per platform to the Numba kernel for it.
 rows_p = Primitive("jaxext_ode_rows")
 rows_p.multiple_results = True
 
 
-def _abstract_eval(t, y, p, *, fn, name, kind):
+def _abstract_eval(t, y, p, *, fn, name, kind, boundscheck):
   specs = (_rhs_shape if kind == "rhs" else _gradient_shapes)(t, y, p)
   specs = specs if isinstance(specs, tuple) else (specs,)
   return tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in specs)
 
 
 def _on(platform):
-  def impl(t, y, p, *, fn, name, kind):
-    out = _KERNELS[platform][kind](fn, name)(t, y, p)
+  def impl(t, y, p, *, fn, name, kind, boundscheck):
+    out = _KERNELS[platform][kind](fn, name, boundscheck)(t, y, p)
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
   return impl
 
 
-def _batch(args, dims, *, fn, name, kind):
+def _batch(args, dims, *, fn, name, kind, boundscheck):
   """vmap: the rows of every batch element are rows too (the kernels treat each alone)."""
   size = compat.batch_size(args, dims)
   t, y, p = (compat.batch_axis_to_front(x, d, size) for x, d in zip(args, dims))
   m = t.shape[1]
   flat = lambda x: x.reshape((size * m,) + x.shape[2:])
-  outs = rows_p.bind(flat(t), flat(y), flat(p), fn=fn, name=name, kind=kind)
+  outs = rows_p.bind(flat(t), flat(y), flat(p), fn=fn, name=name, kind=kind,
+                     boundscheck=boundscheck)
   return [o.reshape((size, m) + o.shape[1:]) for o in outs], [0] * len(outs)
 
 
@@ -153,18 +155,18 @@ for _platform in ("cpu", "cuda"):  # partitioned: the kernels' own lowering spli
 compat.register_batching(rows_p, _batch)
 
 
-def _rows(fn, name, kind, t, y, p):
+def _rows(fn, name, kind, t, y, p, boundscheck):
   t, y, p = (jax.numpy.asarray(x) for x in (t, y, p))
-  return rows_p.bind(t, y, p, fn=fn, name=name, kind=kind)
+  return rows_p.bind(t, y, p, fn=fn, name=name, kind=kind, boundscheck=bool(boundscheck))
 
 
-def rhs(fn, name, t, y, p):
+def rhs(fn, name, t, y, p, *, boundscheck=False):
   """f(t, y, p) of the Python right-hand side `fn` on rows: t (M,), y (M, d), p (M, q) -> (M, d);
   zeros where t is NaN."""
-  return _rows(fn, name, "rhs", t, y, p)[0]
+  return _rows(fn, name, "rhs", t, y, p, boundscheck)[0]
 
 
-def event_gradient(fn, name, t, y, p):
+def event_gradient(fn, name, t, y, p, *, boundscheck=False):
   """The Python event gradient `fn(t, y, p, dgdy, dgdp) -> dg/dt` on rows: (dg/dt (M,),
   dg/dy (M, d), dg/dp (M, q)); zeros where t is NaN."""
-  return tuple(_rows(fn, name, "gradient", t, y, p))
+  return tuple(_rows(fn, name, "gradient", t, y, p, boundscheck))

@@ -263,7 +263,9 @@ class UserFunctions:
     from jaxext.numba_bridge import compile_cpu  # importable: _native_module() succeeded
     fns = (None if rhs is None else (rhs.fn, rhs.jacobian),
            tuple((i, e.fn, e.gradient) for i, e in enumerate(events) if e.fn is not None))
-    self.key = compile_cpu.content_id(fns, ("ode-user", len(events)), ()) or 1
+    checks = (None if rhs is None else rhs.boundscheck,
+              tuple(e.boundscheck for e in events), compile_cpu.effective_boundscheck(None))
+    self.key = compile_cpu.content_id(fns, ("ode-user", len(events), checks), ()) or 1
 
   def __eq__(self, other):
     return isinstance(other, UserFunctions) and other.key == self.key
@@ -282,10 +284,12 @@ def _user_attrs(user, platform, name, dtype, n, p):
   native = _native_module(platform)
   if platform == "cpu":
     if user.rhs is not None:
-      attrs["rhs_id"] = native.compile_rhs(user.rhs.fn, name, dtype, n, p)
+      check = user.rhs.boundscheck
+      attrs["rhs_id"] = native.compile_rhs(user.rhs.fn, name, dtype, n, p, check)
       if user.rhs.jacobian is not None:
-        attrs["jac_id"] = native.compile_jacobian(user.rhs.jacobian, name, dtype, n, p)
-    attrs["event_ids"] = [0 if e.fn is None else native.compile_event(e.fn, e.name, dtype, n, p)
+        attrs["jac_id"] = native.compile_jacobian(user.rhs.jacobian, name, dtype, n, p, check)
+    attrs["event_ids"] = [0 if e.fn is None else
+                          native.compile_event(e.fn, e.name, dtype, n, p, e.boundscheck)
                           for e in user.events]
     return attrs
   if user.rhs is None:
@@ -570,7 +574,8 @@ def _event_tangents(events, user, model, p, dz, t_events, y_events_aug, t_final,
     f = models.rhs_from_constants(model, y_model, p_rows)
   else:
     from jaxext.ode import _rows
-    f = unflat(_rows.rhs(user.rhs.fn, user.rhs.name, flat(t_nan), flat(y), flat(p_rows)))
+    f = unflat(_rows.rhs(user.rhs.fn, user.rhs.name, flat(t_nan), flat(y), flat(p_rows),
+                         boundscheck=user.rhs.boundscheck))
 
   # g's gradient at every row, event by event.
   g_t = jnp.zeros(rows_t.shape, dtype)
@@ -589,7 +594,8 @@ def _event_tangents(events, user, model, p, dz, t_events, y_events_aug, t_final,
       ev = user.events[e]
       idx = np.flatnonzero(mine)
       gt_e, gy_e, gp_e = _rows.event_gradient(
-          ev.gradient, ev.name, flat(t_nan[:, idx]), flat(y[:, idx]), flat(p_rows[:, idx]))
+          ev.gradient, ev.name, flat(t_nan[:, idx]), flat(y[:, idx]), flat(p_rows[:, idx]),
+          boundscheck=ev.boundscheck)
       g_t = g_t.at[:, idx].set(gt_e.reshape(count, idx.size))
       g_y = g_y.at[:, idx].set(gy_e.reshape(count, idx.size, n))
       g_p = g_p.at[:, idx].set(gp_e.reshape(count, idx.size, p.shape[1]))

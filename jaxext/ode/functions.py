@@ -41,13 +41,20 @@ class Rhs:
   fn: Callable
   name: str
   jacobian: Callable | None = None
+  boundscheck: bool = False
 
 
-def rhs(fn=None, *, name: str | None = None, jacobian: Callable | None = None):
+def rhs(fn=None, *, name: str | None = None, jacobian: Callable | None = None,
+        boundscheck: bool = False):
   """Decorator: a Python right-hand side `fn(t, y, p, dydt)` for jaxext.ode.dop853.
 
   jacobian: `jacobian(t, y, p, dfdy, dfdp)` writing df/dy into dfdy (d, d) and df/dp into dfdp
     (d, p); needed for derivatives of the solution.
+  boundscheck: compile `fn` and `jacobian` with Numba's bounds checking (on the CPU): an index
+    out of range (p[3] with 1 parameter, dfdy[5] with d = 2) then raises IndexError, which
+    becomes the Python exception of the call, instead of reading or writing past the array (the
+    default, as in Numba: no checks, full speed). `NUMBA_BOUNDSCHECK=0/1` overrides it, as it
+    does Numba's own. y and p are read-only: writing them fails to compile.
   """
   if jacobian is not None and not callable(jacobian):
     raise TypeError(f"jaxext.ode.rhs: jacobian must be a function; got {type(jacobian).__name__}")
@@ -55,7 +62,8 @@ def rhs(fn=None, *, name: str | None = None, jacobian: Callable | None = None):
   def wrap(f):
     if not callable(f):
       raise TypeError(f"jaxext.ode.rhs decorates a function; got {type(f).__name__}")
-    return Rhs(fn=f, name=name or getattr(f, "__name__", "rhs"), jacobian=jacobian)
+    return Rhs(fn=f, name=name or getattr(f, "__name__", "rhs"), jacobian=jacobian,
+               boundscheck=bool(boundscheck))
   return wrap if fn is None else wrap(fn)
 
 
@@ -79,6 +87,7 @@ class Event:
   radius: float | None = None
   name: str = "event"
   gradient: Callable | None = None
+  boundscheck: bool = False
 
   def __post_init__(self):
     if (self.fn is None) == (self.radius is None):
@@ -105,11 +114,12 @@ class Event:
 
 
 def event(fn=None, *, terminal: bool | int = False, direction: int = 0, name: str | None = None,
-          gradient: Callable | None = None):
+          gradient: Callable | None = None, boundscheck: bool = False):
   """Decorator: a Python event function `fn(t, y, p) -> float` for jaxext.ode.dop853.
 
   gradient: `gradient(t, y, p, dgdy, dgdp) -> dg/dt` (see `Event`); needed for derivatives of
     the solution through the event.
+  boundscheck: Numba's bounds checking for `fn` and `gradient` (on the CPU; see `rhs`).
   """
   if gradient is not None and not callable(gradient):
     raise TypeError(f"jaxext.ode.event: gradient must be a function; "
@@ -119,7 +129,8 @@ def event(fn=None, *, terminal: bool | int = False, direction: int = 0, name: st
     if not callable(f):
       raise TypeError(f"jaxext.ode.event decorates a function; got {type(f).__name__}")
     return Event(fn=f, terminal=terminal, direction=direction,
-                 name=name or getattr(f, "__name__", "event"), gradient=gradient)
+                 name=name or getattr(f, "__name__", "event"), gradient=gradient,
+                 boundscheck=bool(boundscheck))
   return wrap if fn is None else wrap(fn)
 
 
