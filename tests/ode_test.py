@@ -230,7 +230,7 @@ def test_float32():
   te = np.linspace(0.0, 10.0, 11)
   y0 = np.array([[2.0, 0.0], [0.5, 1.0]], np.float32)
   sol = jax.jit(lambda y: ode.dop853(van_der_pol, y, (0.0, 10.0), np.float32([1.5]), t_eval=te,
-                                     rtol=1e-5, atol=1e-7))(y0)
+                                     rtol=2e-5, atol=1e-7))(y0)  # float32's floor: 1.2e-5
   assert sol.ys.dtype == jnp.float32 and sol.t_final.dtype == jnp.float32
   assert np.all(np.asarray(sol.status) == 0)
   for j in range(2):
@@ -438,8 +438,8 @@ def test_decay_altitude_event_built_in():
 
 # --- statuses and bad rows ----------------------------------------------------------------------
 
-def test_float32_failure_statuses():
-  sol = ode.dop853(blow_up, np.array([[1.0]], np.float32), (0.0, 2.0), rtol=1e-5, atol=1e-6)
+def test_float32_failure_statuses():  # rtol above float32's floor (1.2e-5: no warning)
+  sol = ode.dop853(blow_up, np.array([[1.0]], np.float32), (0.0, 2.0), rtol=2e-5, atol=1e-6)
   assert int(sol.status[0]) == ode.Status.STEP_TOO_SMALL
   assert int(sol.n_steps[0]) < 1000 and 0.99 < float(sol.t_final[0]) < 1.0
 
@@ -1123,7 +1123,8 @@ def test_simd_lanes_round_as_the_scalar_model(dtype, n, params, monkeypatch):
   start = lambda i: float(np.linalg.norm(y0[i, :3].astype(np.float64))) - models.EARTH_RADIUS
   events = [models.altitude_event(100.0 if drag else start(0) - 0.01),
             models.altitude_event(start(1) - 0.01, terminal=False)]
-  run = lambda y: ode.dop853(model, y, (0.0, t1), b if params else None, rtol=1e-7, atol=1e-7,
+  rtol = 1e-7 if dtype == np.float64 else 2e-5  # float32's floor: 1.2e-5
+  run = lambda y: ode.dop853(model, y, (0.0, t1), b if params else None, rtol=rtol, atol=1e-7,
                              t_eval=np.linspace(0.0, t1, 5).astype(dtype), events=events)
   tangent = rng.standard_normal(y0.shape).astype(dtype)
   names = ("ys", "y_final", "t_final", "n_rhs", "t_events", "y_events", "event_counts", "status")
@@ -1222,6 +1223,51 @@ def test_drag_needs_its_parameter():
 def test_tiny_rtol_is_raised_with_a_warning():
   with pytest.warns(UserWarning, match="rtol"):
     ode.dop853(van_der_pol, np.array([[1.0, 0.0]]), (0.0, 0.1), [1.0], rtol=1e-16)
+  # The floor is 100 epsilons of the integration's own precision: float32's for float32 (an
+  # rtol of 1e-12 there would only run into max_steps).
+  with pytest.warns(UserWarning, match=r"float32"):
+    sol = ode.dop853(van_der_pol, np.float32([[1.0, 0.0]]), (0.0, 1.0), np.float32([1.0]),
+                     rtol=1e-12, atol=1e-6)
+  assert int(sol.status[0]) == 0
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    ode.dop853(van_der_pol, np.array([[1.0, 0.0]]), (0.0, 0.1), [1.0], rtol=1e-12)
+
+
+def test_t_eval_checks_hold_under_jit():
+  """What raises for concrete t_eval (unsorted, NaN, against the direction of t_span) is a
+  result under jit: that trajectory's ys is NaN and its status BAD_T_EVAL, never wrong numbers."""
+  y0, mu = np.array([[1.0, 0.0], [0.5, 0.1]]), np.array([[1.0], [2.0]])
+  good = np.linspace(0.0, 2.0, 9)
+  run = lambda te, span=(0.0, 2.0): ode.dop853(van_der_pol, y0, span, mu, t_eval=te, rtol=1e-9)
+  ref = run(good)
+  for bad_te in (good[[0, 2, 1, 3, 4, 5, 6, 7, 8]], np.where(np.arange(9) == 4, np.nan, good)):
+    with pytest.raises(ValueError, match="t_eval"):
+      run(bad_te)
+    sol = jax.jit(run)(bad_te)
+    assert np.asarray(sol.status).tolist() == [ode.Status.BAD_T_EVAL] * 2
+    assert np.all(np.isnan(np.asarray(sol.ys)))
+    np.testing.assert_array_equal(sol.y_final, ref.y_final)  # the integration itself is right
+  sol = jax.jit(run)(good)  # a valid traced t_eval: the eager numbers
+  assert np.asarray(sol.status).tolist() == [0, 0]
+  np.testing.assert_array_equal(sol.ys, ref.ys)
+  # Backward and forward trajectories with one t_eval: only those it runs against are flagged.
+  spans = jnp.array([[0.0, 2.0], [2.0, 0.0]])
+  with pytest.raises(ValueError, match="direction"):
+    run(good, spans)
+  sol = jax.jit(lambda s: run(good, s))(spans)
+  assert np.asarray(sol.status).tolist() == [0, ode.Status.BAD_T_EVAL]
+  np.testing.assert_array_equal(sol.ys[0], ref.ys[0])
+  assert np.all(np.isnan(np.asarray(sol.ys[1])))
+
+
+def test_infinite_t_span_is_refused_not_silent():
+  with pytest.raises(ValueError, match="t_span must be finite"):
+    ode.dop853(van_der_pol, np.array([[1.0, 0.0]]), (0.0, np.inf), [1.0])
+  # Traced, it is that trajectory's NON_FINITE status (the others exact).
+  sol = jax.jit(lambda t1: ode.dop853(van_der_pol, np.array([[1.0, 0.0], [1.0, 0.0]]), (0.0, t1),
+                                      [1.0]))(jnp.array([jnp.inf, 1.0]))
+  assert np.asarray(sol.status).tolist() == [ode.Status.NON_FINITE, 0]
 
 
 

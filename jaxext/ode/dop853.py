@@ -53,6 +53,8 @@ class Status(enum.IntEnum):
   STEP_TOO_SMALL = -2  # the step size fell below 10 ulp(t) (scipy's "Required step size...")
   NON_FINITE = -3      # non-finite y0, params, t_span, or right-hand side
   CALLBACK_FAILED = -4  # CUDA only: a Python function raised (on the CPU that raises instead)
+  BAD_T_EVAL = -5      # traced t_eval not finite, not strictly monotonic, or against t_span's
+                       # direction (concrete ones raise): ys is NaN, the rest is the integration's
 
 
 class Solution(NamedTuple):
@@ -168,6 +170,11 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
     raise ValueError(f"params: the model '{name}' needs {needs} parameter(s) per trajectory "
                      f"(the ballistic coefficient C_d A / m in m^2/kg); got {params.shape[1]}")
   t_span = _time_span(t_span, count, dtype)
+  span = _concrete(t_span)
+  if span is not None and not np.all(np.isfinite(span)):
+    raise ValueError("t_span must be finite (to integrate until an event, give a t1 beyond it "
+                     "and make the event terminal); a traced non-finite t_span gives its "
+                     "trajectories status NON_FINITE")
   if t_eval is None:
     t_eval = jnp.zeros((0,), dtype)
   else:
@@ -179,10 +186,11 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
   # Static settings.
   rtol = _tolerance(rtol, "rtol", n)
   atol = _tolerance(atol, "atol", n)
-  if min(rtol) < 100 * np.finfo(np.float64).eps:
-    warnings.warn(f"rtol below {100 * np.finfo(np.float64).eps:.3g} is raised to it (as scipy "
-                  "does)", stacklevel=2)
-    rtol = tuple(max(r, 100 * np.finfo(np.float64).eps) for r in rtol)
+  floor = 100 * float(np.finfo(dtype).eps)  # of the integration's precision, as scipy
+  if min(rtol) < floor:
+    warnings.warn(f"rtol below {floor:.3g} (100 machine epsilons of {np.dtype(dtype).name}) is "
+                  "raised to it (as scipy does)", stacklevel=2)
+    rtol = tuple(max(r, floor) for r in rtol)
   try:
     max_steps = operator.index(max_steps)
   except TypeError:
@@ -233,7 +241,13 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
                        max_step=float(max_step), max_steps=max_steps, events=tuple(spec),
                        event_slots=event_slots if spec else 0, sensitivities=False)
   ys, t_final, y_final, stats, t_events, y_events, counts = outs
-  return Solution(ys=ys, t_final=t_final, y_final=y_final, status=stats[:, 0],
+  status = stats[:, 0]
+  bad = _traced_t_eval_check(t_eval, t_span)
+  if bad is not None:
+    bad = bad & (status != Status.NON_FINITE)  # what _check_t_eval raises for concrete values, as a result under jit
+    ys = jnp.where(bad[:, None, None], jnp.nan, ys)
+    status = jnp.where(bad, jnp.int32(Status.BAD_T_EVAL), status)
+  return Solution(ys=ys, t_final=t_final, y_final=y_final, status=status,
                   n_steps=stats[:, 1], n_accepted=stats[:, 2], n_rhs=stats[:, 3],
                   t_events=t_events, y_events=y_events, event_counts=counts)
 
@@ -345,6 +359,20 @@ def _check_t_eval(t_eval, t_span):
     if np.any(forward[moving] != (d[0] > 0)):
       raise ValueError("t_eval must be ordered in the direction of integration of every "
                        "trajectory (t_span)")
+
+
+def _traced_t_eval_check(t_eval, t_span):
+  """(N,) bool: trajectories whose t_eval is invalid (non-finite, not strictly monotonic, or
+  ordered against their direction of integration), when t_eval or t_span is traced; else None."""
+  if t_eval.shape[0] == 0 or (_concrete(t_eval) is not None and _concrete(t_span) is not None):
+    return None
+  bad = ~jnp.all(jnp.isfinite(t_eval))
+  moving = t_span[:, 1] != t_span[:, 0]
+  if t_eval.shape[0] > 1:
+    d = jnp.diff(t_eval)
+    bad = bad | ~(jnp.all(d > 0) | jnp.all(d < 0))
+    return bad | (moving & ((t_span[:, 1] > t_span[:, 0]) != (d[0] > 0)))
+  return jnp.broadcast_to(bad, (t_span.shape[0],))
 
 
 def _tolerance(value, what, n):
