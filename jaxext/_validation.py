@@ -45,6 +45,17 @@ def rows_operand(x, name: str):
   return x
 
 
+def int32_indices(ids, bound: int):
+  """Integer indices into [0, bound) as the int32 the kernels take. A cast alone would wrap
+  int64 or uint32 values beyond the int32 range onto valid rows (2**32 + 1 -> 1); instead they
+  are clamped to -1 or `bound`, outside the range like the values themselves (order kept, so
+  sorted ids stay sorted). bound < 2**31."""
+  info = jnp.iinfo(ids.dtype)
+  if info.min >= -(2**31) and info.max < 2**31:
+    return ids.astype(jnp.int32)
+  return jnp.clip(ids, max(info.min, -1), min(info.max, bound)).astype(jnp.int32)
+
+
 def integer_operand(x, name: str):
   """`x` as an array of an integer dtype, or TypeError naming `name`."""
   x = jnp.asarray(x)

@@ -287,6 +287,32 @@ def test_gather_out_of_range_vmap_and_errors():
     eq.gather(np.ones((3, 2), bool), np.array([0]))
 
 
+def test_indices_beyond_int32_never_wrap_onto_valid_rows():
+  """int64 and uint32 indices past the int32 range are out of range, not cast onto a row
+  (2**32 + 1 once gathered row 1): NaN rows for gather, dropped for segment_sum (sorted ids stay
+  sorted), an error for conv; eagerly and under jit."""
+  x = np.arange(12.0).reshape(6, 2)
+  for idx in (np.array([2**32 + 1, 1, 2**31, -(2**32) + 1], np.int64),
+              np.array([2**32 - 1, 1, 2**31, 2**31 + 1], np.uint32),
+              np.array([2**64 - 1, 1, 2**63, 2**32 + 1], np.uint64)):
+    for gather in (eq.gather, jax.jit(eq.gather)):
+      got = np.asarray(gather(x, idx))
+      np.testing.assert_array_equal(got[1], x[1])
+      assert np.isnan(got[[0, 2, 3]]).all(), (idx.dtype, got)
+  data = np.arange(10.0).reshape(5, 2)
+  ids = np.array([0, 1, 1, 2**32, 2**32 + 2], np.int64)  # sorted
+  want = np.array([data[0], data[1] + data[2], [0.0, 0.0]])
+  for sorted_ids in (False, True):
+    f = lambda d, i: eq.segment_sum(d, i, 3, indices_are_sorted=sorted_ids)
+    np.testing.assert_array_equal(np.asarray(f(data, ids)), want)
+    np.testing.assert_array_equal(np.asarray(jax.jit(f)(data, ids)), want)
+  x, y, w, snd, rcv = _conv_inputs(30, 40, 35)
+  for bad in (snd.astype(np.int64) + 2**32, rcv.astype(np.int64) - 2**32):
+    s, r = (bad, rcv) if bad.dtype == np.int64 and bad[0] >= 2**32 else (snd, bad)
+    with pytest.raises(Exception, match="outside the"):
+      jax.block_until_ready(eq.conv(x, y, w, s, r, 30, *CONV_IRREPS))
+
+
 def test_segment_sum_gradient_drops_out_of_range_rows():
   ids = np.array([-1, 0, 0, 2, 5, -7])
   data = np.arange(12.0).reshape(6, 2)
@@ -550,6 +576,48 @@ def test_conv_is_deterministic_and_checks_indices():
     eq.conv(x, y, w, snd.astype(float), rcv, 30, *CONV_IRREPS)
   with pytest.raises(ValueError, match="num_nodes"):
     eq.conv(x, y, w, snd, rcv, -1, *CONV_IRREPS)
+
+
+def test_exported_conv_p_refuses_inconsistent_graph_operands():
+  """conv_p is public: bound with edge orders or ranges that do not describe senders/receivers
+  (out of range, decreasing, not ending at the edge count, listing another node's edges), the
+  handler raises instead of reading outside its buffers (a segfault before), under jit too."""
+  import importlib
+  cm = importlib.import_module("jaxext.equivariant.conv")
+  from jaxext.equivariant import _irreps
+  x, y, w, snd, rcv = _conv_inputs(12, 40, 36)
+  key = tuple(_irreps.parse(i) for i in CONV_IRREPS)
+  graph = [np.asarray(g) for g in cm._graph(jnp.asarray(snd, jnp.int32), jnp.asarray(rcv, jnp.int32),
+                                            12, 12)]
+  bind = lambda *g: eq.conv_p.bind(jnp.asarray(x), jnp.asarray(y), jnp.asarray(w), *g,
+                                   mode=cm.OUT, key=key)
+  ref = np.asarray(eq.conv(x, y, w, snd, rcv, 12, *CONV_IRREPS))
+  np.testing.assert_array_equal(np.asarray(bind(*graph)), ref)  # consistent: the same numbers
+  for slot in (2, 4):  # edges by receiver / by sender
+    bad = [g.copy() for g in graph]
+    bad[slot][3] = 10**6  # an edge that does not exist
+    must_raise = [bad]
+    bad = [g.copy() for g in graph]
+    bad[slot + 1][-1] = 10**6  # ranges past the edges
+    must_raise.append(bad)
+    bad = [g.copy() for g in graph]
+    bad[slot + 1][2] = bad[slot + 1][1] - 1  # decreasing
+    must_raise.append(bad)
+    bad = [g.copy() for g in graph]
+    bad[slot] = bad[slot][:-1]  # one entry short
+    must_raise.append(bad)
+    for v in must_raise:
+      for call in (bind, jax.jit(bind)):
+        with pytest.raises(Exception, match="jaxext equivariant.conv"):
+          jax.block_until_ready(call(*v))
+    # Edges of two different nodes swapped: each range then lists an edge of another node.
+    order, ranges = graph[slot], graph[slot + 1]
+    i = int(np.flatnonzero(np.diff(ranges) > 0)[0])  # the first node with an edge
+    j = int(ranges[i + 1])  # the first edge of a later node
+    bad = [g.copy() for g in graph]
+    bad[slot][[ranges[i], j]] = order[[j, ranges[i]]]
+    with pytest.raises(Exception, match="only those"):
+      jax.block_until_ready(bind(*bad))
 
 
 def test_conv_and_product_calls_in_flight_together():

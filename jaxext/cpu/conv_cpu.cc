@@ -52,6 +52,39 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
                                  std::to_string(r) + " receivers)"));
     }
   }
+  // conv_p is public: the edge orders and ranges (built by conv() from senders and receivers) are
+  // operands a caller may bind inconsistently. Each order must list every edge of node i, and only
+  // those, between range[i] and range[i + 1] (O(edges + nodes), next to the product's cost).
+  if (by_recv.element_count() != static_cast<size_t>(e) ||
+      by_send.element_count() != static_cast<size_t>(e) || r < 0 || s < 0) {
+    return ErrorFuture(Invalid("the edge orders must have one entry per edge (" +
+                               std::to_string(e) + ") and the ranges at least one"));
+  }
+  const struct {
+    const int32_t* order;
+    const int32_t* range;
+    const int32_t* node;
+    int64_t nodes;
+    const char* what;
+  } groups[2] = {{by_recv.typed_data<int32_t>(), recv_ranges.typed_data<int32_t>(), rcv, r, "receiver"},
+                 {by_send.typed_data<int32_t>(), send_ranges.typed_data<int32_t>(), snd, s, "sender"}};
+  for (const auto& g : groups) {
+    if (g.range[0] != 0 || g.range[g.nodes] != e) {
+      return ErrorFuture(Invalid(std::string("the ") + g.what + " ranges must run from 0 to the "
+                                 "number of edges"));
+    }
+    for (int64_t i = 0; i < g.nodes; ++i) {
+      if (g.range[i + 1] < g.range[i]) {
+        return ErrorFuture(Invalid(std::string("the ") + g.what + " ranges must not decrease"));
+      }
+      for (int32_t q = g.range[i]; q < g.range[i + 1]; ++q) {
+        if (g.order[q] < 0 || g.order[q] >= e || g.node[g.order[q]] != i) {
+          return ErrorFuture(Invalid(std::string("the edges by ") + g.what + " must list node " +
+                                     std::to_string(i) + "'s edges (and only those) in its range"));
+        }
+      }
+    }
+  }
   // Everything the chunks use is copied or owned: they run after this function returned.
   auto owned = Own(attrs);
   auto table = MakeTable<T>(attrs);

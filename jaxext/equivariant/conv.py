@@ -20,7 +20,7 @@ from jax.extend.core import Primitive
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
-from jaxext._validation import float_operand, integer_operand
+from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _irreps
 from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_reachable,
                                                ffi_attrs, register_trilinear_rules)
@@ -39,7 +39,7 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x,
     x: (num_senders, dim(irreps_x)) node features.
     edge_sh: (E, dim(irreps_sh)) per-edge harmonics (multiplicities 1), edge_weights: (E, number
       of weights of the product) per-edge path-and-channel weights (see tensor_product).
-    senders, receivers: (E,) integer node indices (within the int32 range), in any order (sorted
+    senders, receivers: (E,) integer node indices (any integer dtype), in any order (sorted
       inside, stably); an index outside [0, num_senders) or [0, num_nodes) raises when the
       computation runs (on CUDA, where a kernel cannot raise, the whole result is NaN).
     num_nodes: static number of output nodes.
@@ -76,7 +76,7 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x,
   if num_nodes < 0:
     raise ValueError(f"num_nodes must be >= 0; got {num_nodes}")
   dtype = jnp.result_type(x, y, w)
-  snd, rcv = snd.astype(jnp.int32), rcv.astype(jnp.int32)
+  snd, rcv = int32_indices(snd, x.shape[0]), int32_indices(rcv, num_nodes)
   graph = _graph(snd, rcv, x.shape[0], num_nodes)
   return conv_p.bind(x.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
                      key=(tx, ty, to))

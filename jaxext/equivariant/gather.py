@@ -20,7 +20,7 @@ from jax.extend.core import Primitive
 
 from jaxext import _eager
 from jaxext import _jax_compat as compat
-from jaxext._validation import integer_operand, rows_operand
+from jaxext._validation import int32_indices, integer_operand, rows_operand
 
 __all__ = ["gather", "gather_p"]
 
@@ -32,7 +32,7 @@ def gather(x, indices):
 
   Args:
     x: (N, ...) float32 or float64 rows.
-    indices: integer array of any shape (within the int32 range), each in [0, N).
+    indices: integer array of any shape (any integer dtype), each in [0, N).
 
   Returns:
     indices.shape + x.shape[1:]. An index outside [0, N) gives a row of NaN (no wrap-around of
@@ -40,7 +40,7 @@ def gather(x, indices):
   """
   x = rows_operand(x, "x")
   idx = integer_operand(indices, "indices")
-  flat = gather_p.bind(x, idx.reshape(-1).astype(jnp.int32))
+  flat = gather_p.bind(x, int32_indices(idx.reshape(-1), x.shape[0]))
   return flat.reshape(idx.shape + x.shape[1:])
 
 

@@ -20,7 +20,7 @@ from jax.extend.core import Primitive
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
-from jaxext._validation import integer_operand, rows_operand
+from jaxext._validation import int32_indices, integer_operand, rows_operand
 
 __all__ = ["segment_sum", "segment_sum_p"]
 
@@ -38,7 +38,7 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
 
   Args:
     data: (E, ...) float32 or float64.
-    segment_ids: (E,) integers (within the int32 range).
+    segment_ids: (E,) integers (any integer dtype).
     num_segments: static int >= 0.
   """
   data = rows_operand(data, "data")
@@ -52,7 +52,7 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
     raise TypeError("num_segments must be a static int") from None
   if num_segments < 0:
     raise ValueError(f"num_segments must be >= 0; got {num_segments}")
-  ids = ids.astype(jnp.int32)
+  ids = int32_indices(ids, num_segments)
   return segment_sum_p.bind(data, ids, num_segments=num_segments,
                             sorted=bool(indices_are_sorted))
 
