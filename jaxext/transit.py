@@ -83,7 +83,9 @@ def sky_separation(t, *, period, t0, a, impact=None, inclination=None, ecc=0.0, 
   """Sky-projected planet-star distance (stellar radii) and whether the planet is in front.
 
   Give exactly one of `impact` (impact parameter) and `inclination` (radians).
-  Returns (separation, in_front), each of the broadcast shape of the inputs.
+  Returns (separation, in_front), each of the broadcast shape of the inputs. Out of the domain
+  (as transit_light_curve's: ecc outside [0, 1), a or period not positive, a non-finite value)
+  the separation is NaN and in_front False.
   """
   if (impact is None) == (inclination is None):
     raise ValueError("give exactly one of impact and inclination")
@@ -118,7 +120,10 @@ def sky_separation(t, *, period, t0, a, impact=None, inclination=None, ecc=0.0, 
   x = -dist * cos_wf
   y = -dist * sin_wf * cos_i
   z = dist * sin_wf * sin_i
-  return _safe_sqrt(x * x + y * y), z > 0
+  valid = (ecc >= 0) & (ecc < 1) & (a > 0) & (period > 0)
+  for v in (t, period, t0, a, ecc, omega, cos_i):
+    valid = valid & jnp.isfinite(v)
+  return jnp.where(valid, _safe_sqrt(x * x + y * y), jnp.nan), valid & (z > 0)
 
 
 def _cos_inclination(a, ecc, sin_w, impact, inclination):

@@ -332,8 +332,9 @@ def test_scalar_radius_is_broadcast_by_the_kernel():
 @pytest.mark.parametrize("order", [2, 3])  # the lane-parallel and the general path
 def test_extreme_magnitudes_stay_finite(order):
   u = np.array([0.4, 0.26, 0.0][:order])
-  bs = np.array([0.0, 1e-300, 1e-100, 0.5, 1.0, 1.0 - 1e-16, 1.0 + 1e-16, 2.0, 1e100, 1e300])
-  rs = np.array([1e-300, 1e-120, 1e-20, 1e-8, 0.5, 1.0, 1e8, 1e20, 1e100, 1e300])
+  bs = np.array([0.0, 5e-324, 1e-310, 1e-300, 1e-100, 0.5, 1.0, 1.0 - 1e-16, 1.0 + 1e-16, 2.0,
+                 1e100, 1e300])
+  rs = np.array([5e-324, 1e-310, 1e-300, 1e-120, 1e-20, 1e-8, 0.5, 1.0, 1e8, 1e20, 1e100, 1e300])
   b, r = (x.ravel() for x in np.meshgrid(bs, rs))
   f = np.asarray(jaxext.limb_dark_flux(b, r, u))
   # Partial overlaps by occultors beyond 1e8 stellar radii are documented to give NaN.
@@ -354,6 +355,27 @@ def test_extreme_magnitudes_stay_finite(order):
     mu = 0.8
     want = -2 * rr * (1 - 0.4 * (1 - mu) - 0.26 * (1 - mu) ** 2) / (1 - 0.4 / 3 - 0.26 / 6)
     assert float(g_r) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_subnormal_radii_are_tiny_occultors_not_out_of_domain(dtype):
+  """XLA's CPU threads treat denormals as zero; a positive subnormal r is still r > 0 (flux 1,
+  as for r = 1e-300), not r <= 0 (NaN): limb_dark_flux and transit_light_curve, jit and grad."""
+  info = np.finfo(dtype)
+  rs = np.array([info.smallest_subnormal, info.smallest_normal / 3], dtype)
+  b = np.array([0.0, 0.5, 0.999, 1.0, 1.5], dtype)
+  u = np.array([0.4, 0.26], dtype)
+  for order_u in (u, np.array([0.4, 0.26, 0.1], dtype)):  # the lanes and the general path
+    for r in rs:
+      for f in (jaxext.limb_dark_flux, jax.jit(jaxext.limb_dark_flux)):
+        np.testing.assert_array_equal(np.asarray(f(b, r, order_u)), 1.0)
+      g = jax.grad(lambda bb: jaxext.limb_dark_flux(bb, r, order_u).sum())(b)
+      assert np.all(np.isfinite(np.asarray(g)))
+  np.testing.assert_array_equal(  # r <= 0 stays out of the domain
+      np.asarray(jaxext.limb_dark_flux(b, dtype(0.0), u)), np.nan)
+  t = np.linspace(-0.1, 0.1, 7).astype(dtype)
+  lc = jaxext.transit_light_curve(t, period=3.0, t0=0.0, a=10.0, impact=0.1, r=rs[0], u=u)
+  np.testing.assert_array_equal(np.asarray(lc), 1.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -527,8 +549,9 @@ def test_hessian_at_contact_points_is_finite():
 @pytest.mark.parametrize("order", [2, 3])
 def test_hessian_at_extreme_magnitudes_stays_finite(order):
   u = np.array([0.4, 0.26, 0.0][:order])
-  bs = np.array([0.0, 1e-300, 1e-100, 0.5, 1.0, 1.0 - 1e-16, 1.0 + 1e-16, 2.0, 1e100, 1e300])
-  rs = np.array([1e-300, 1e-120, 1e-20, 1e-8, 0.5, 1.0, 1e8, 1e20, 1e100, 1e300])
+  bs = np.array([0.0, 5e-324, 1e-310, 1e-300, 1e-100, 0.5, 1.0, 1.0 - 1e-16, 1.0 + 1e-16, 2.0,
+                 1e100, 1e300])
+  rs = np.array([5e-324, 1e-310, 1e-300, 1e-120, 1e-20, 1e-8, 0.5, 1.0, 1e8, 1e20, 1e100, 1e300])
   b, r = (x.ravel() for x in np.meshgrid(bs, rs))
   keep = ~((r > 1e8) & (np.abs(b - r) < 1))  # documented NaN (see the flux test)
   x = np.concatenate([np.stack([b[keep], r[keep]], 1), np.tile(u, (keep.sum(), 1))], 1)

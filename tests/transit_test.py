@@ -56,6 +56,29 @@ def test_orbit_matches_numpy(ecc, omega):
   assert float(s0) == pytest.approx(0.4, abs=1e-12) and bool(f0)
 
 
+def test_sky_separation_is_nan_out_of_the_domain_as_the_light_curve():
+  """What makes transit_light_curve NaN makes sky_separation NaN (it gave 0, "in front of the
+  star's centre", for NaN times, ecc = 1.1 or a = NaN); valid points are untouched."""
+  t = jnp.array([0.3, 0.5, jnp.nan, 1.0])
+  kw = dict(period=3.5, t0=0.3, a=9.0, impact=0.4)
+  for f in (jaxext.sky_separation, jax.jit(jaxext.sky_separation, static_argnames=())):
+    sep, front = f(t, **kw)
+    assert np.isnan(np.asarray(sep)).tolist() == [False, False, True, False]
+    assert not bool(front[2])
+  bad = [dict(ecc=1.1), dict(ecc=-0.1), dict(a=jnp.nan), dict(a=-9.0), dict(period=0.0),
+         dict(t0=jnp.inf), dict(omega=jnp.nan)]
+  for change in bad:
+    args = dict(kw, **change)
+    sep, front = jaxext.sky_separation(t, **args)
+    assert np.all(np.isnan(np.asarray(sep))) and not np.any(np.asarray(front)), change
+    lc = jaxext.transit_light_curve(t, r=0.1, u=U, **{k: v for k, v in args.items()})
+    assert np.all(np.isnan(np.asarray(lc))), change  # the light curve agrees
+  sep, _ = jaxext.sky_separation(t[:2], **kw)
+  np.testing.assert_allclose(np.asarray(sep)[0], 0.4, atol=1e-12)
+  g = jax.grad(lambda a: jaxext.sky_separation(0.5, period=3.5, t0=0.3, a=a, impact=0.4)[0])(9.0)
+  assert np.isfinite(float(g)) and float(g) > 0
+
+
 def test_flux_at_mid_transit_and_out_of_transit():
   t = jnp.array([0.3, 0.3 + 3.5 / 2, 0.3 + 0.5])
   f = jaxext.transit_light_curve(t, impact=0.2, **ORBIT)

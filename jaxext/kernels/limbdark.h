@@ -53,6 +53,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "jaxext/kernels/dual.h"
 #include "jaxext/kernels/platform.h"
@@ -112,6 +113,25 @@ struct IsDual<Dual<T, K>> {
 };
 
 JAXEXT_HD bool IsInf(double x) { return fabs(x) > 1.7976931348623157e308; }
+
+// x > 0 read off its bits: where the FPU treats denormals as zero (XLA's CPU threads run with
+// DAZ/FTZ), a positive subnormal radius compares as 0 and would be taken for r <= 0 (NaN). As
+// bits it is positive, and the tiny-occultor path (r < kTinyRadius) gives its flux, 1.
+JAXEXT_HD bool PositiveBits(double x) {
+  uint64_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  return bits != 0 && bits <= 0x7ff0000000000000ull;  // sign clear, not +0 or NaN; +inf counts
+}
+
+// A radius as double, a float32 subnormal included: converting one reads it as 0 under DAZ, but
+// its value (mantissa * 2^-149) is a normal double, computed here from normal operands.
+JAXEXT_HD double WidenRadius(double x) { return x; }
+JAXEXT_HD double WidenRadius(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  return bits != 0 && bits < 0x00800000u ? static_cast<double>(bits) * 0x1p-149
+                                         : static_cast<double>(x);
+}
 JAXEXT_HD bool IsInf(const Dual2& x) { return IsInf(x.v); }
 
 JAXEXT_HD double Abs(double x) { return fabs(x); }
@@ -377,7 +397,7 @@ JAXEXT_HD Regime Integrals(S b, S r, int n, S* O, S* J, S* K) {
 
 // Out of the domain (see the header comment): every output is NaN.
 JAXEXT_HD bool OutOfDomain(double b, double r) {
-  return !(b >= 0.0) || !(r > 0.0) || (IsInf(b) && IsInf(r)) ||
+  return !(b >= 0.0) || !PositiveBits(r) || (IsInf(b) && IsInf(r)) ||
          (r > kHugeRadius && fabs(b - r) < 1.0);
 }
 
@@ -586,7 +606,7 @@ template <bool kGrad, typename T>
 JAXEXT_HD void EvaluateAt(const T* b, const T* r, int64_t r_stride, const Law& law, int64_t i,
                           T* flux, T* dfdb, T* dfdr, T* dfdu) {
   double f, fb = 0.0, fr = 0.0, fu[kMaxOrder];
-  Evaluate<kGrad>(static_cast<double>(b[i]), static_cast<double>(r[i * r_stride]), law, &f, &fb,
+  Evaluate<kGrad>(static_cast<double>(b[i]), detail::WidenRadius(r[i * r_stride]), law, &f, &fb,
                   &fr, fu);
   flux[i] = static_cast<T>(f);
   if (kGrad) {
@@ -603,7 +623,7 @@ JAXEXT_HD_FUNC void EvaluateHessianAt(const T* b, const T* r, int64_t r_stride, 
                                       int64_t i, T* flux, T* dfdb, T* dfdr, T* dfdu, T* hbb,
                                       T* hbr, T* hrr, T* hbu, T* hru) {
   double f, fb, fr, fu[kMaxOrder], bb, br, rr, bu[kMaxOrder], ru[kMaxOrder];
-  EvaluateHessian(static_cast<double>(b[i]), static_cast<double>(r[i * r_stride]), law, &f, &fb,
+  EvaluateHessian(static_cast<double>(b[i]), detail::WidenRadius(r[i * r_stride]), law, &f, &fb,
                   &fr, fu, &bb, &br, &rr, bu, ru);
   flux[i] = static_cast<T>(f);
   dfdb[i] = static_cast<T>(fb);
@@ -691,7 +711,7 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
   int64_t clearly_apart = 0;  // b > 1 + r beyond rounding: flux 1, whatever the path
   for (int l = 0; l < kLanes; ++l) {
     bin_d[l] = l < count ? static_cast<double>(bin[l]) : 2.0;
-    rin_d[l] = l < count ? static_cast<double>(rin[l * r_stride]) : 0.5;
+    rin_d[l] = l < count ? detail::WidenRadius(rin[l * r_stride]) : 0.5;
     clearly_apart += (bin_d[l] > rin_d[l] + 1.0 + 4e-16 * (bin_d[l] + rin_d[l] + 1.0)) ? 1 : 0;
   }
   if (clearly_apart == kLanes) {  // a whole block out of transit (most of a light curve)

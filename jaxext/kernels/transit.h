@@ -110,13 +110,15 @@ JAXEXT_HD void MakeOrbit(const T* q_in, const limbdark::Law& law, Orbit* o) {
   o->cheb_n = 0;
   bool finite = true;
   for (int k = 0; k < kNumParams; ++k) {
-    o->q[k] = static_cast<double>(q_in[k]);
+    // (A float32 subnormal radius is widened from its bits: converting it reads 0 under DAZ.)
+    o->q[k] = k == kRadius ? limbdark::detail::WidenRadius(q_in[k]) : static_cast<double>(q_in[k]);
     finite = finite && Finite(o->q[k]);
   }
   for (int m = 0; m <= law.order; ++m) finite = finite && Finite(law.a[m]);
   const double* q = o->q;
   const double e = q[kEcc];
-  o->valid = finite && e >= 0.0 && e < 1.0 && q[kA] > 0.0 && q[kN] > 0.0 && q[kRadius] > 0.0;
+  o->valid = finite && e >= 0.0 && e < 1.0 && q[kA] > 0.0 && q[kN] > 0.0 &&
+             limbdark::detail::PositiveBits(q[kRadius]);  // a subnormal r too (DAZ)
   o->circular = e == 0.0;
   o->s1 = o->valid ? sqrt((1.0 - e) * (1.0 + e)) : 0.0;
   o->can_transit = fabs(q[kCosI]) < 1.0;
