@@ -293,6 +293,27 @@ def test_inputs_are_read_only():
   np.testing.assert_array_equal(x, [0.0, 1.0, 2.0])
 
 
+def test_a_kernel_returning_its_result_is_refused():
+  """Results go into the outputs; a kernel that returns them instead would leave the outputs
+  unwritten (garbage) without an error: it fails to compile, saying what to do."""
+  @jaxext.numba_kernel(outputs=like)
+  def returns(x, out):
+    return x * 2.0
+
+  with pytest.raises(TypeError, match="returns a value.*write its results into its output"):
+    jax.jit(returns)(np.ones(3))
+
+  @jaxext.numba_kernel(outputs=like)
+  def early_exit(x, out):  # a bare return is fine
+    for i in range(x.shape[0]):
+      out[i] = x[i]
+    if x.shape[0] > 0:
+      return
+    out[:] = 0.0
+
+  np.testing.assert_array_equal(early_exit(np.arange(3.0)), [0.0, 1.0, 2.0])
+
+
 def test_compile_error_names_kernel_and_signature_at_trace_time():
   @jaxext.numba_kernel(outputs=like)
   def broken(x, out):

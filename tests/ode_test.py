@@ -610,6 +610,26 @@ def test_numba_boundscheck_environment_variable_is_honoured(tmp_path):
   assert second.returncode == 0 and "RAISED" in second.stdout, second.stdout + second.stderr
 
 
+def test_rhs_returning_dydt_instead_of_writing_it_is_refused():
+  """A right-hand side (or Jacobian) that returns its result ran with dy/dt = 0 and reported
+  success; now it fails to compile at trace time, saying to write into dydt."""
+  def returns_dydt(t, y, p, dydt):
+    return -y
+
+  def jac_returns(t, y, p, dfdy, dfdp):
+    dfdy[0, 0] = -1.0
+    return dfdy
+
+  with pytest.raises(TypeError, match="returns a value.*dydt"):
+    ode.dop853(returns_dydt, np.array([[1.0]]), (0.0, 1.0))
+  with pytest.raises(TypeError, match="returns a value"):
+    jax.jit(lambda y: ode.dop853(returns_dydt, y, (0.0, 1.0)).y_final)(np.array([[1.0]]))
+  rhs = ode.rhs(_decay, jacobian=jac_returns)
+  with pytest.raises(TypeError, match="returns a value"):
+    jax.grad(lambda y: ode.dop853(rhs, y, (0.0, 1.0), np.array([[1.0]])).y_final.sum())(
+        np.array([[1.0]]))
+
+
 # --- transformations ----------------------------------------------------------------------------
 
 def test_user_functions_are_equal_by_content():

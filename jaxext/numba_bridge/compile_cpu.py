@@ -72,9 +72,30 @@ def readonly(typingctx, arr):
   return sig, codegen
 
 
+_RETURNS_A_VALUE = "jaxext: the function returns a value"
+
+
+@numba.extending.intrinsic
+def returns_nothing(typingctx, value):
+  """Compiles only if `value` (what the user's function returned) is None: kernels and
+  right-hand sides write their results into their output arrays, and a function that returns
+  them instead would leave the outputs unwritten (dy/dt = 0) without an error."""
+  if not isinstance(value, nbtypes.NoneType):
+    raise numba.core.errors.TypingError(f"{_RETURNS_A_VALUE} ({value})")
+  sig = nbtypes.none(value)
+
+  def codegen(context, builder, signature, args):
+    return context.get_dummy_value()
+  return sig, codegen
+
+
 def explain(err: Exception) -> str:
   """Numba's error, with what jaxext's conventions add to a read-only write."""
   text = str(err)
+  if _RETURNS_A_VALUE in text:
+    m = text[text.index(_RETURNS_A_VALUE):].split("\n")[0].rstrip(")")
+    return (f"{m}): it must write its results into its output arrays (dydt, dfdy, out, ...) and "
+            "return nothing; a returned value would be dropped")
   if "readonly" in text or "read-only" in text:
     text += ("\n(jaxext: inputs are read-only, as jax arrays are: write results into the outputs, "
              "and copy an input first (x.copy()) to use it as scratch space)")
@@ -312,7 +333,7 @@ def _wrapper_source(signature: Signature) -> str:
     else:
       names.append(f"iparams[{ni}]")
       ni += 1
-  lines.append(f"        kernel({', '.join(names)})")
+  lines.append(f"        returns_nothing(kernel({', '.join(names)}))")
   lines.append("        status[0] = 0")
   lines.append("    except Exception:")
   lines.append("        status[0] = 1")
@@ -405,7 +426,8 @@ def compile_entry(fn, name: str, *, key, source: str, entry_type, env=None,
     py_func = fn.py_func if isinstance(fn, numba.core.dispatcher.Dispatcher) else fn
     _refresh_callees(py_func)
     kernel = numba.njit(nogil=True, boundscheck=boundscheck)(py_func)
-    module_env = {"carray": numba.carray, "kernel": kernel, "readonly": readonly}
+    module_env = {"carray": numba.carray, "kernel": kernel, "readonly": readonly,
+                  "returns_nothing": returns_nothing}
     module_env.update({f"DTYPE_{k}": v for k, v in DTYPES.items()})
     module_env.update(env or {})
     wrapper, in_file = _load_wrapper_module(kernel_id, source, module_env)

@@ -39,8 +39,8 @@ def compile_rhs(fn, name: str, dtype, n: int, p: int, boundscheck: bool = False)
   source = "\n".join([
       "def jaxext_entry(t, y, p, dydt, status):",
       "    try:",
-      f"        kernel(t, readonly(carray(y, ({n},), DTYPE_{dt})),",
-      f"               readonly(carray(p, ({p},), DTYPE_{dt})), carray(dydt, ({n},), DTYPE_{dt}))",
+      f"        returns_nothing(kernel(t, readonly(carray(y, ({n},), DTYPE_{dt})),",
+      f"               readonly(carray(p, ({p},), DTYPE_{dt})), carray(dydt, ({n},), DTYPE_{dt})))",
       "    except Exception:",
       "        status[0] = 1",
       ""])
@@ -60,9 +60,9 @@ def compile_jacobian(fn, name: str, dtype, n: int, p: int, boundscheck: bool = F
   source = "\n".join([
       "def jaxext_entry(t, y, p, dfdy, dfdp, status):",
       "    try:",
-      f"        kernel(t, readonly(carray(y, ({n},), DTYPE_{dt})),",
+      f"        returns_nothing(kernel(t, readonly(carray(y, ({n},), DTYPE_{dt})),",
       f"               readonly(carray(p, ({p},), DTYPE_{dt})),",
-      f"               carray(dfdy, ({n}, {n}), DTYPE_{dt}), carray(dfdp, ({n}, {p}), DTYPE_{dt}))",
+      f"               carray(dfdy, ({n}, {n}), DTYPE_{dt}), carray(dfdp, ({n}, {p}), DTYPE_{dt})))",
       "    except Exception:",
       "        status[0] = 1",
       ""])
