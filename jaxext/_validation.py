@@ -14,6 +14,8 @@ def float_operand(x, name: str):
   Integers are promoted to JAX's default float; float16/bfloat16 to float32. Booleans, complex
   numbers and non-numeric types are refused.
   """
+  if x is None:
+    raise TypeError(f"{name} must be a real floating-point array; got None")
   if isinstance(x, (list, tuple)):
     try:
       x = jnp.asarray(x)

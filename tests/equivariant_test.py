@@ -281,6 +281,13 @@ def test_gather_out_of_range_vmap_and_errors():
                                 np.stack([xb[b][ib[0]] for b in range(3)]))
   with pytest.raises(TypeError, match="indices"):
     eq.gather(x, np.array([0.0, 1.0]))
+  # An empty table: every index is out of range, so every row is NaN (jnp's take raised an
+  # IndexError naming no argument); its gradient is empty.
+  empty = np.zeros((0, 2))
+  for f in (eq.gather, jax.jit(eq.gather)):
+    got = np.asarray(f(empty, np.array([0, 3, -1])))
+    assert got.shape == (3, 2) and np.isnan(got).all()
+  assert jax.grad(lambda a: jnp.nansum(eq.gather(a, np.array([0]))))(empty).shape == (0, 2)
   with pytest.raises(ValueError, match="x"):
     eq.gather(np.float64(1.0), np.array([0]))
   with pytest.raises(TypeError, match="x"):

@@ -197,13 +197,16 @@ def test_dtypes_are_kept_and_promoted():
     (np.array([True, False]), "mean_anomaly"),
     (np.array([1 + 1j]), "mean_anomaly"),
     ("abc", "mean_anomaly"),
+    (None, "mean_anomaly"),  # named (jnp's own error named no argument)
+    ([None, 1.0], "mean_anomaly"),
+    (object(), "mean_anomaly"),
 ])
 def test_bad_mean_anomaly_dtype_raises(bad, name):
   with pytest.raises(TypeError, match=name):
     jaxext.kepler(bad, 0.1)
 
 
-@pytest.mark.parametrize("bad", [np.array([True]), np.array([0.1 + 0j], np.complex64)])
+@pytest.mark.parametrize("bad", [np.array([True]), np.array([0.1 + 0j], np.complex64), None])
 def test_bad_eccentricity_dtype_raises(bad):
   with pytest.raises(TypeError, match="eccentricity"):
     jaxext.kepler(np.ones(1), bad)

@@ -253,6 +253,11 @@ def test_out_of_bounds_with_boundscheck_raises():
     jax.block_until_ready(shifted(np.ones(4)))
 
 
+def _scale_by_int(x, out, k):
+  for i in range(x.shape[0]):
+    out[i] = x[i] * k
+
+
 @numba.njit
 def _write_first(a):
   a[0] = 1.0
@@ -343,6 +348,34 @@ def test_bad_arguments_raise_at_trace_time():
     bad(np.ones((2, 2)))
   with pytest.raises(ValueError, match="vmap must be one of"):
     jaxext.numba_kernel(outputs=like, vmap="parallel")
+
+
+def test_unclear_errors_name_what_is_wrong():
+  # A parameter passed by position: the message says parameters are keywords (it failed in
+  # outputs= or in Numba, naming neither).
+  with pytest.raises(TypeError, match=r"input out is a Python float; parameters are given by keyword"):
+    axpy(np.ones(2), np.ones(2), 2.0)
+  with pytest.raises(TypeError, match=r"outputs= failed for 2 input.*takes 1 positional.*by keyword"):
+    jaxext.numba_kernel(outputs=lambda x: like(x))(axpy.py_func)(np.ones(2), np.ones(2))
+  with pytest.raises(TypeError, match=r"got 4 positional inputs.*keyword"):
+    axpy(np.ones(2), np.ones(2), np.ones(2), 2.0)
+  # An integer parameter beyond int64 names the parameter (it gave NumPy's OverflowError).
+  ints = jaxext.numba_kernel(outputs=like)(_scale_by_int)
+  np.testing.assert_array_equal(ints(np.ones(2), k=2**63 - 1) > 0, [True, True])
+  for big in (2**63, 2**64, -(2**63) - 1):
+    with pytest.raises(TypeError, match="parameter 'k' = .* does not fit in int64"):
+      ints(np.ones(2), k=big)
+  # More than 30 arrays and parameters: a clear limit, not Numba blaming the user's kernel.
+  names = [f"a{i}" for i in range(31)]
+  ns = {}
+  exec("def many(" + ", ".join(names) + ", out):\n    out[0] = a0[0]\n", ns)  # noqa: S102
+  many = jaxext.numba_kernel(outputs=lambda *a: jax.ShapeDtypeStruct((1,), np.float64))(ns["many"])
+  with pytest.raises(TypeError, match="at most 30 in all"):
+    many(*[np.ones(1)] * 31)
+  ns = {}
+  exec("def fine(" + ", ".join(names[:29]) + ", out):\n    out[0] = a28[0]\n", ns)  # noqa: S102
+  fine = jaxext.numba_kernel(outputs=lambda *a: jax.ShapeDtypeStruct((1,), np.float64))(ns["fine"])
+  np.testing.assert_array_equal(fine(*[np.full(1, float(i)) for i in range(29)]), [28.0])
 
 
 # --------------------------------------------------------------------------------------------

@@ -46,6 +46,8 @@ def gather(x, indices):
 
 def _gather(x, idx):
   """The forward: XLA's gather, NaN rows for indices outside [0, N)."""
+  if x.shape[0] == 0:  # an empty table: every index is out of range
+    return jnp.full(idx.shape + x.shape[1:], jnp.nan, x.dtype)
   valid = (idx >= 0) & (idx < x.shape[0])
   rows = jnp.take(x, jnp.where(valid, idx, 0), axis=0)
   return jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 1)), rows, jnp.nan)

@@ -63,6 +63,12 @@ numba_call_p = Primitive("jaxext_numba_call")
 numba_call_p.multiple_results = True
 
 
+# Arguments (arrays and parameters) of a kernel: CPython >= 3.12 compiles a call with more than 30
+# positional arguments into LIST_TO_TUPLE + CALL_FUNCTION_EX, which Numba does not support (the
+# generated wrapper calls the kernel with all of them).
+_MAX_ARGS = 30
+
+
 def numba_kernel(outputs, *, vmap="sequential", name=None, boundscheck=False):
   """Decorator: turns a Numba-compatible function into a JAX operation (see the module docstring).
 
@@ -205,6 +211,10 @@ class NumbaKernel:
 
   # -- calling ----------------------------------------------------------------------------------
   def __call__(self, *args, **params):
+    if len(args) >= len(self._arg_names):
+      raise TypeError(f"{self.kind} '{self.name}' takes {len(self._arg_names)} arguments (inputs, "
+                      f"then at least one output, then parameters by keyword); got {len(args)} "
+                      "positional inputs. Parameters are given by keyword: name=value")
     args = tuple(self._operand(x, i) for i, x in enumerate(args))
     single, outs = self._output_types(args, params)
     n_ops = len(args) + len(outs)
@@ -213,11 +223,21 @@ class NumbaKernel:
       raise TypeError(f"{self.kind} '{self.name}' takes {len(self._arg_names)} arrays "
                       f"but was given {len(args)} inputs and declares {len(outs)} outputs")
     items = self._params(param_names, params)
+    if n_ops + len(items) > _MAX_ARGS:
+      raise TypeError(
+          f"{self.kind} '{self.name}' has {n_ops} arrays and {len(items)} parameters; at most "
+          f"{_MAX_ARGS} in all (Numba cannot compile the call of a function with more arguments "
+          "under CPython >= 3.12, which builds it from a list). Pack arrays of one dtype into "
+          "one array, or parameters into an input array")
     results = self._call(args, items, outs)
     return results[0] if single else tuple(results)
 
   def _operand(self, x, i):
     label = self._arg_names[i] if i < len(self._arg_names) else f"#{i}"
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):  # a parameter, surely
+      raise TypeError(f"{self.kind} '{self.name}': input {label} is a Python {type(x).__name__}; "
+                      "parameters are given by keyword (name=value), and a 0-d array input as "
+                      "an array (jnp.asarray(value))")
     try:
       arr = jnp.asarray(x)
     except TypeError as err:
@@ -229,7 +249,14 @@ class NumbaKernel:
     return arr
 
   def _output_types(self, args, params):
-    spec = self.outputs(*args, **{k: v for k, v in params.items() if k in self._outputs_params})
+    try:
+      spec = self.outputs(*args, **{k: v for k, v in params.items() if k in self._outputs_params})
+    except TypeError as err:
+      params_hint = ", ".join(f"{n}=..." for n in self._arg_names[len(args) + 1:]) or "name=value"
+      raise TypeError(
+          f"{self.kind} '{self.name}': outputs= failed for {len(args)} input(s): {err}. "
+          f"Parameters are given by keyword, not position (e.g. {self.name}(x, y, {params_hint})"
+          ")") from err
     single = isinstance(spec, jax.ShapeDtypeStruct)
     specs = (spec,) if single else spec
     if not isinstance(specs, (tuple, list)) or not specs or not all(
@@ -263,6 +290,9 @@ class NumbaKernel:
         raise TypeError(f"{self.kind} '{self.name}': missing parameter {n!r}")
       if isinstance(v, (bool, np.bool_, int, np.integer)):
         v = int(v)
+        if not -(2**63) <= v < 2**63:
+          raise TypeError(f"{self.kind} '{self.name}': parameter {n!r} = {v} does not fit in "
+                          "int64 (integer parameters reach the kernel as int64)")
       elif isinstance(v, (float, np.floating)):
         v = float(v)
       else:
