@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -60,6 +61,17 @@ def int32_indices(ids, bound: int):
 
 def integer_operand(x, name: str):
   """`x` as an array of an integer dtype, or TypeError naming `name`."""
+  if not isinstance(x, jax.Array) and not jax.config.jax_enable_x64:
+    # With x64 off jnp would wrap NumPy's 64-bit (and uint32) values to 32 bits (2**32 + 1 -> 1):
+    # clamped to int32's range instead, values beyond it stay outside every index range, in order.
+    try:
+      a = np.asarray(x)
+    except (TypeError, ValueError):
+      a = None
+    if a is not None and np.issubdtype(a.dtype, np.integer) and (
+        a.dtype.itemsize > 4 or a.dtype == np.uint32):
+      info = np.iinfo(a.dtype)
+      x = np.clip(a, max(info.min, -(2**31)), min(info.max, 2**31 - 1)).astype(np.int32)
   x = jnp.asarray(x)
   if not jnp.issubdtype(x.dtype, jnp.integer):
     raise TypeError(f"{name} must be integers; got dtype {x.dtype}")

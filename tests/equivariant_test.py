@@ -320,6 +320,25 @@ def test_indices_beyond_int32_never_wrap_onto_valid_rows():
       jax.block_until_ready(eq.conv(x, y, w, s, r, 30, *CONV_IRREPS))
 
 
+def test_indices_beyond_int32_never_wrap_with_x64_off(tmp_path):
+  """With x64 off jnp itself wraps NumPy int64 values to 32 bits; the ops clamp them first."""
+  script = (
+      "import numpy as np, jax\n"
+      "from jaxext import equivariant as eq\n"
+      "x = np.arange(12.0, dtype=np.float32).reshape(6, 2)\n"
+      "g = np.asarray(eq.gather(x, np.array([2**32 + 1, 1, -(2**32) + 1], np.int64)))\n"
+      "s = np.asarray(eq.segment_sum(x[:3], np.array([0, 2**32, 1], np.uint64), 2))\n"
+      "print(np.isnan(g[0]).all(), (g[1] == x[1]).all(), np.isnan(g[2]).all(),\n"
+      "      (s == np.array([x[0], x[2]])).all())\n")
+  import subprocess
+  import sys
+  env = dict(os.environ, JAX_ENABLE_X64="0")
+  out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       timeout=300)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.split() == ["True"] * 4, out.stdout + out.stderr
+
+
 def test_segment_sum_gradient_drops_out_of_range_rows():
   ids = np.array([-1, 0, 0, 2, 5, -7])
   data = np.arange(12.0).reshape(6, 2)
@@ -600,6 +619,10 @@ def test_exported_conv_p_refuses_inconsistent_graph_operands():
                                    mode=cm.OUT, key=key)
   ref = np.asarray(eq.conv(x, y, w, snd, rcv, 12, *CONV_IRREPS))
   np.testing.assert_array_equal(np.asarray(bind(*graph)), ref)  # consistent: the same numbers
+  short = [g.copy() for g in graph]
+  short[1] = short[1][:-1]  # receivers one short
+  with pytest.raises(Exception, match="jaxext equivariant.conv"):
+    jax.block_until_ready(bind(*short))
   for slot in (2, 4):  # edges by receiver / by sender
     bad = [g.copy() for g in graph]
     bad[slot][3] = 10**6  # an edge that does not exist
@@ -612,6 +635,13 @@ def test_exported_conv_p_refuses_inconsistent_graph_operands():
     must_raise.append(bad)
     bad = [g.copy() for g in graph]
     bad[slot] = bad[slot][:-1]  # one entry short
+    must_raise.append(bad)
+    bad = [g.copy() for g in graph]
+    bad[slot + 1][1] = 10**6  # a middle range past the edges (its end is checked later)
+    must_raise.append(bad)
+    bad = [g.copy() for g in graph]
+    first = int(np.flatnonzero(np.diff(graph[slot + 1]) >= 2)[0])  # a node with two edges
+    bad[slot][graph[slot + 1][first] + 1] = bad[slot][graph[slot + 1][first]]  # an edge twice
     must_raise.append(bad)
     for v in must_raise:
       for call in (bind, jax.jit(bind)):

@@ -1,7 +1,9 @@
 """What the wheel test runs where the wheel is installed: every op under jit, vmap and grad.
 
-Prints one line of JSON; tests/wheel_test.py checks it against closed forms computed there,
-independently of jaxext. Run by `python -I` from an empty directory with nothing of the checkout
+Prints one line of JSON; tests/wheel_test.py checks it against closed forms computed there
+(uniform-disk flux, Kepler's equation, the addition theorem, circular orbits, exponential decay),
+and, where no closed form is at hand, one op against another (conv against gather, tensor
+product and segment_sum; gradients against finite differences). Run by `python -I` from an empty directory with nothing of the checkout
 importable (tests/wheel_test.py), on the machine's own userland (tools/wheel_host_test), or on
 another architecture under emulation (tools/wheel_emulated_test). Needs jax; the Numba checks run
 when numba is installed (the wheel's `numba` extra), and the test requires them.

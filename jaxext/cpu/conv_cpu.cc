@@ -42,6 +42,9 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
       err.failure()) {
     return ErrorFuture(std::move(err));
   }
+  if (receivers.element_count() != static_cast<size_t>(e)) {  // conv_p is public (see below)
+    return ErrorFuture(Invalid("senders and receivers must have one entry per edge"));
+  }
   const int32_t* snd = senders.typed_data<int32_t>();
   const int32_t* rcv = receivers.typed_data<int32_t>();
   for (int64_t i = 0; i < e; ++i) {
@@ -60,6 +63,7 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
     return ErrorFuture(Invalid("the edge orders must have one entry per edge (" +
                                std::to_string(e) + ") and the ranges at least one"));
   }
+  std::vector<char> seen(static_cast<size_t>(e));
   const struct {
     const int32_t* order;
     const int32_t* range;
@@ -73,15 +77,18 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
       return ErrorFuture(Invalid(std::string("the ") + g.what + " ranges must run from 0 to the "
                                  "number of edges"));
     }
+    std::fill(seen.begin(), seen.end(), 0);
     for (int64_t i = 0; i < g.nodes; ++i) {
-      if (g.range[i + 1] < g.range[i]) {
-        return ErrorFuture(Invalid(std::string("the ") + g.what + " ranges must not decrease"));
+      if (g.range[i + 1] < g.range[i] || g.range[i + 1] > e) {
+        return ErrorFuture(Invalid(std::string("the ") + g.what +
+                                   " ranges must not decrease nor pass the number of edges"));
       }
       for (int32_t q = g.range[i]; q < g.range[i + 1]; ++q) {
-        if (g.order[q] < 0 || g.order[q] >= e || g.node[g.order[q]] != i) {
+        if (g.order[q] < 0 || g.order[q] >= e || seen[g.order[q]] || g.node[g.order[q]] != i) {
           return ErrorFuture(Invalid(std::string("the edges by ") + g.what + " must list node " +
                                      std::to_string(i) + "'s edges (and only those) in its range"));
         }
+        seen[g.order[q]] = 1;
       }
     }
   }

@@ -96,7 +96,7 @@ def explain(err: Exception) -> str:
     m = text[text.index(_RETURNS_A_VALUE):].split("\n")[0].rstrip(")")
     return (f"{m}): it must write its results into its output arrays (dydt, dfdy, out, ...) and "
             "return nothing; a returned value would be dropped")
-  if "readonly" in text or "read-only" in text:
+  if "Cannot modify readonly array" in text:  # Numba's message for a write into one
     text += ("\n(jaxext: inputs are read-only, as jax arrays are: write results into the outputs, "
              "and copy an input first (x.copy()) to use it as scratch space)")
   return text

@@ -89,7 +89,7 @@ dop853_p = Primitive("jaxext_dop853")
 dop853_p.multiple_results = True
 
 
-def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, events=(),
+def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, events=(),
            max_steps: int = 100_000, first_step=None, max_step=None,
            event_slots: int = 8) -> Solution:
   """Integrates dy/dt = rhs(t, y, p) for N trajectories with DOP853 (scipy's algorithm).
@@ -104,8 +104,10 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
     params: None, (p,) shared or (N, p) per trajectory parameters, passed to `rhs` and events.
     t_eval: None or (T,) times, strictly monotonic in the direction of integration, at which to
       return the state (from the 7th-order dense output, as scipy does).
-    rtol, atol: relative and absolute tolerances, > 0, scalars or (d,) per component (static);
-      rtol below 100 machine epsilons is raised to it with a warning, as scipy does.
+    rtol, atol: relative and absolute tolerances, > 0, scalars or (d,) per component (static).
+      rtol defaults to 1e-6 (scipy's default), or to 100 machine epsilons of float32 (1.2e-5)
+      for float32 integrations; a given rtol below 100 epsilons of the integration's dtype is
+      raised to it with a warning (scipy's rule, which uses float64's: it integrates in float64).
     events: functions g(t, y, p) (`jaxext.ode.event`, scipy-style callables with `terminal` and
       `direction` attributes) or built-in `jaxext.ode.models.radius_event/altitude_event`; at most
       16. Roots are located by Brent's method on the dense output to 4 machine epsilons.
@@ -184,12 +186,13 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=1e-6, atol=1e-9, e
   _check_t_eval(t_eval, t_span)
 
   # Static settings.
-  rtol = _tolerance(rtol, "rtol", n)
+  floor = 100 * float(np.finfo(dtype).eps)  # of the integration's precision (scipy: float64's)
+  rtol = _tolerance(max(1e-6, floor) if rtol is None else rtol, "rtol", n)
   atol = _tolerance(atol, "atol", n)
-  floor = 100 * float(np.finfo(dtype).eps)  # of the integration's precision, as scipy
   if min(rtol) < floor:
     warnings.warn(f"rtol below {floor:.3g} (100 machine epsilons of {np.dtype(dtype).name}) is "
-                  "raised to it (as scipy does)", stacklevel=2)
+                  "raised to it (scipy's rule, for the integration's own precision)",
+                  stacklevel=2)
     rtol = tuple(max(r, floor) for r in rtol)
   try:
     max_steps = operator.index(max_steps)

@@ -218,6 +218,8 @@ def _system_mirror(rctx):
         if not rctx.path(f).exists:
             continue
         for line in rctx.read(f).splitlines():
+            if line.strip().startswith("#"):
+                continue
             words = [w for w in line.replace("URIs:", "deb").replace("\t", " ").split(" ") if w]
             for w in words[1:]:
                 if w.startswith("http") and "/debian" in w and "security" not in w:
