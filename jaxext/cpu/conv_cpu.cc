@@ -70,8 +70,9 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
     const int32_t* node;
     int64_t nodes;
     const char* what;
-  } groups[2] = {{by_recv.typed_data<int32_t>(), recv_ranges.typed_data<int32_t>(), rcv, r, "receiver"},
-                 {by_send.typed_data<int32_t>(), send_ranges.typed_data<int32_t>(), snd, s, "sender"}};
+  } groups[2] = {
+      {by_recv.typed_data<int32_t>(), recv_ranges.typed_data<int32_t>(), rcv, r, "receiver"},
+      {by_send.typed_data<int32_t>(), send_ranges.typed_data<int32_t>(), snd, s, "sender"}};
   for (const auto& g : groups) {
     if (g.range[0] != 0 || g.range[g.nodes] != e) {
       return ErrorFuture(Invalid(std::string("the ") + g.what + " ranges must run from 0 to the "

@@ -113,6 +113,7 @@ struct IsDual<Dual<T, K>> {
 };
 
 JAXEXT_HD bool IsInf(double x) { return fabs(x) > 1.7976931348623157e308; }
+JAXEXT_HD bool IsInf(const Dual2& x) { return IsInf(x.v); }
 
 // x > 0 read off its bits: where the FPU treats denormals as zero (XLA's CPU threads run with
 // DAZ/FTZ), a positive subnormal radius compares as 0 and would be taken for r <= 0 (NaN). As
@@ -132,7 +133,6 @@ JAXEXT_HD double WidenRadius(float x) {
   return bits != 0 && bits < 0x00800000u ? static_cast<double>(bits) * 0x1p-149
                                          : static_cast<double>(x);
 }
-JAXEXT_HD bool IsInf(const Dual2& x) { return IsInf(x.v); }
 
 JAXEXT_HD double Abs(double x) { return fabs(x); }
 JAXEXT_HD Dual2 Abs(const Dual2& x) { return x.v < 0.0 ? -x : x; }
@@ -911,12 +911,10 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
   }
   for (int l = 0; kGrad && l < count; ++l) {
     flux[l] = static_cast<T>(f_out[l]);
-    {
-      dfdr[l] = static_cast<T>(dr_out[l]);
-      dfdb[l] = static_cast<T>(db_out[l]);
-      if (n >= 1) dfdu[l * n] = static_cast<T>(du0_out[l]);
-      if (n >= 2) dfdu[l * n + 1] = static_cast<T>(du1_out[l]);
-    }
+    dfdr[l] = static_cast<T>(dr_out[l]);
+    dfdb[l] = static_cast<T>(db_out[l]);
+    if (n >= 1) dfdu[l * n] = static_cast<T>(du0_out[l]);
+    if (n >= 2) dfdu[l * n + 1] = static_cast<T>(du1_out[l]);
   }
   for (int l = 0; l < count; ++l) {
     if (slow[l]) EvaluateAt<kGrad, T>(bin, rin, r_stride, law, l, flux, dfdb, dfdr, dfdu);

@@ -89,17 +89,22 @@ def returns_nothing(typingctx, value):
   return sig, codegen
 
 
-def explain(err: Exception) -> str:
-  """Numba's error, with what jaxext's conventions add to a read-only write."""
+class ConventionError(TypeError):
+  """A user function breaks jaxext's calling convention (it writes an input or returns its
+  result): wrong on every platform, unlike what only one compiler refuses."""
+
+
+def explain(err: Exception) -> tuple[str, bool]:
+  """Numba's error, with what jaxext's conventions add; and whether it breaks them."""
   text = str(err)
   if _RETURNS_A_VALUE in text:
     m = text[text.index(_RETURNS_A_VALUE):].split("\n")[0].rstrip(")")
     return (f"{m}): it must write its results into its output arrays (dydt, dfdy, out, ...) and "
-            "return nothing; a returned value would be dropped")
+            "return nothing; a returned value would be dropped"), True
   if "Cannot modify readonly array" in text:  # Numba's message for a write into one
-    text += ("\n(jaxext: inputs are read-only, as jax arrays are: write results into the outputs, "
-             "and copy an input first (x.copy()) to use it as scratch space)")
-  return text
+    return text + ("\n(jaxext: inputs are read-only, as jax arrays are: write results into the "
+                   "outputs, and copy an input first (x.copy()) to use it as scratch space)"), True
+  return text, False
 
 # dtype name -> NumPy dtype the kernel sees (XLA's PRED is one byte, as NumPy's bool_).
 DTYPES = {name: np.dtype(name) for name in ("float32", "float64", "int32", "int64", "bool")}
@@ -434,7 +439,9 @@ def compile_entry(fn, name: str, *, key, source: str, entry_type, env=None,
     try:
       cf = numba.cfunc(entry_type, nopython=True, cache=in_file)(wrapper)
     except numba.core.errors.NumbaError as err:
-      raise TypeError(f"{what}: Numba cannot compile it for {describe}:\n{explain(err)}") from None
+      text, breaks_convention = explain(err)
+      raise (ConventionError if breaks_convention else TypeError)(
+          f"{what}: Numba cannot compile it for {describe}:\n{text}") from None
     entry = CpuEntry(kernel_id=kernel_id, address=cf.address, signature=key, cfunc=cf)
     _entries[kernel_id] = entry
     return entry

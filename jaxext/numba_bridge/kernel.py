@@ -85,9 +85,9 @@ def numba_kernel(outputs, *, vmap="sequential", name=None, boundscheck=False):
 
   The function takes the inputs (read-only: writing one, directly or through a function it
   calls, fails to compile; copy it first, `x.copy()`, for scratch space), then the outputs (write
-  every element: they are not initialised), then the parameters. Supported dtypes: float32, float64, int32, int64, bool;
-  any rank. Parameters are Python or NumPy scalars given by keyword at the call; floats reach the
-  kernel as float64, ints and bools as int64.
+  every element: they are not initialised; return nothing), then the parameters. Supported
+  dtypes: float32, float64, int32, int64, bool; any rank. Parameters are Python or NumPy scalars
+  given by keyword at the call; floats reach the kernel as float64, ints and bools as int64.
   """
   if vmap not in _VMAP_MODES:
     raise ValueError(f"vmap must be one of {_VMAP_MODES}; got {vmap!r}")

@@ -62,7 +62,8 @@ def compile_jacobian(fn, name: str, dtype, n: int, p: int, boundscheck: bool = F
       "    try:",
       f"        returns_nothing(kernel(t, readonly(carray(y, ({n},), DTYPE_{dt})),",
       f"               readonly(carray(p, ({p},), DTYPE_{dt})),",
-      f"               carray(dfdy, ({n}, {n}), DTYPE_{dt}), carray(dfdp, ({n}, {p}), DTYPE_{dt})))",
+      f"               carray(dfdy, ({n}, {n}), DTYPE_{dt}),",
+      f"               carray(dfdp, ({n}, {p}), DTYPE_{dt})))",
       "    except Exception:",
       "        status[0] = 1",
       ""])

@@ -117,8 +117,8 @@ _KERNELS = {"cpu": {"rhs": _rhs_rows, "gradient": _gradient_rows},
             "cuda": {"rhs": _rhs_rows_cuda, "gradient": _gradient_rows_cuda}}
 
 # rows_p(t (M,), y (M, d), p (M, q); fn, name, kind, boundscheck): kind "rhs" -> (f (M, d),),
-# "gradient" ->
-# (dg/dt (M,), dg/dy (M, d), dg/dp (M, q)). Lowered per platform to the Numba kernel for it.
+# "gradient" -> (dg/dt (M,), dg/dy (M, d), dg/dp (M, q)). Lowered per platform to the Numba
+# kernel for it.
 rows_p = Primitive("jaxext_ode_rows")
 rows_p.multiple_results = True
 

@@ -202,7 +202,6 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
     raise ValueError(f"max_steps must be in [1, {_MAX_STEPS_LIMIT}]; got {max_steps}")
   first_step = 0.0 if first_step is None else _positive(first_step, "first_step")
   if first_step:
-    span = _concrete(t_span)
     if span is not None and np.any(first_step > np.abs(span[:, 1] - span[:, 0])):
       raise ValueError("first_step exceeds the length of t_span (as scipy refuses)")
   max_step = math.inf if max_step is None else _positive(max_step, "max_step", allow_inf=True)
@@ -237,9 +236,10 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
     try:
       _user_attrs(user, "cpu", name, dtype, n, params.shape[1])
     except TypeError as err:
-      # What breaks the calling convention on every platform (a returned dy/dt, a write into y
-      # or p) is raised whatever the platform; numba-cuda compiles the CUDA version as written.
-      if "returns a value" in str(err) or "inputs are read-only" in str(err):
+      # What breaks the calling convention (a returned dy/dt, a write into y or p) is wrong on
+      # every platform: raised whatever the platform (numba-cuda compiles as written).
+      from jaxext.numba_bridge import compile_cpu  # noqa: PLC0415 (importable: compiled above)
+      if isinstance(err, compile_cpu.ConventionError):
         raise
 
   outs = dop853_p.bind(y0, params, t_span, t_eval, user=user, name=str(name),
@@ -250,7 +250,9 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
   status = stats[:, 0]
   bad = _traced_t_eval_check(t_eval, t_span)
   if bad is not None:
-    bad = bad & (status != Status.NON_FINITE)  # what _check_t_eval raises for concrete values, as a result under jit
+    # What _check_t_eval raises for concrete values, as a result under jit (rows that failed
+    # as NON_FINITE keep that status).
+    bad = bad & (status != Status.NON_FINITE)
     ys = jnp.where(bad[:, None, None], jnp.nan, ys)
     status = jnp.where(bad, jnp.int32(Status.BAD_T_EVAL), status)
   return Solution(ys=ys, t_final=t_final, y_final=y_final, status=status,
@@ -283,8 +285,9 @@ class UserFunctions:
     from jaxext.numba_bridge import compile_cpu  # importable: _native_module() succeeded
     fns = (None if rhs is None else (rhs.fn, rhs.jacobian),
            tuple((i, e.fn, e.gradient) for i, e in enumerate(events) if e.fn is not None))
-    checks = (None if rhs is None else rhs.boundscheck,
-              tuple(e.boundscheck for e in events), compile_cpu.effective_boundscheck(None))
+    checked = compile_cpu.effective_boundscheck  # what each function is compiled with
+    checks = (None if rhs is None else checked(rhs.boundscheck),
+              tuple(checked(e.boundscheck) for e in events))
     self.key = compile_cpu.content_id(fns, ("ode-user", len(events), checks), ()) or 1
 
   def __eq__(self, other):

@@ -53,8 +53,9 @@ def rhs(fn=None, *, name: str | None = None, jacobian: Callable | None = None,
   boundscheck: compile `fn` and `jacobian` with Numba's bounds checking (on the CPU only:
     numba-cuda has none): an index out of range (p[3] with 1 parameter, dfdy[5] with d = 2) then
     fails the call with an error naming the function ("raised an exception"), instead of reading
-    or writing past the array (the default, as in Numba: no checks, full speed). `NUMBA_BOUNDSCHECK=0/1` overrides it, as it
-    does Numba's own. y and p are read-only: writing them fails to compile.
+    or writing past the array (the default, as in Numba: no checks, full speed).
+    `NUMBA_BOUNDSCHECK=0/1` overrides it, as it does Numba's own. y and p are read-only: writing
+    them fails to compile.
   """
   if jacobian is not None and not callable(jacobian):
     raise TypeError(f"jaxext.ode.rhs: jacobian must be a function; got {type(jacobian).__name__}")
