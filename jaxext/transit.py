@@ -242,8 +242,9 @@ def _abstract_eval(t, q, u, *, grad, oversample):
   if tuple(t.shape[:len(rows)]) != tuple(rows):
     raise TypeError(f"transit_p: the parameters' leading axes {list(rows)} must be a prefix of "
                     f"t's shape {list(t.shape)}")
-  if not isinstance(oversample, int) or oversample < 1:
-    raise TypeError(f"transit_p: oversample must be a positive int; got {oversample!r}")
+  if not isinstance(oversample, int) or isinstance(oversample, bool) or \
+      not 1 <= oversample <= 2**20:
+    raise TypeError(f"transit_p: oversample must be an int in [1, 2**20]; got {oversample!r}")
   out = jax.core.ShapedArray(t.shape, t.dtype)
   if not grad:
     return (out,)

@@ -29,13 +29,11 @@ import zipfile
 import numpy as np
 import pytest
 
-WHEEL_DIR = os.environ["JAXEXT_WHEEL_DIR"]
-
-
 def _wheel_path():
-  wheels = [f for f in os.listdir(WHEEL_DIR) if f.endswith(".whl")]
+  wheel_dir = os.environ["JAXEXT_WHEEL_DIR"]
+  wheels = [f for f in os.listdir(wheel_dir) if f.endswith(".whl")]
   assert len(wheels) == 1, wheels
-  return os.path.abspath(os.path.join(WHEEL_DIR, wheels[0]))
+  return os.path.abspath(os.path.join(wheel_dir, wheels[0]))
 
 
 def test_wheel_name_tags_are_true():
@@ -153,6 +151,17 @@ def _run_in_clean_venv():
 # tools/wheel_emulated_test ran the script itself (another architecture, under qemu, where this
 # interpreter cannot start subprocesses): its output, the site it installed into, its jax.
 EMULATED_RESULT = os.environ.get("JAXEXT_WHEEL_TEST_RESULT")
+# //tests:smoke_test: the script against the jaxext this test imports (the build's own, e.g. under
+# --config=asan), no wheel.
+IN_PLACE = bool(os.environ.get("JAXEXT_WHEEL_TEST_IN_PLACE"))
+
+
+def _run_in_place():
+  out = subprocess.run([sys.executable, _SCRIPT], capture_output=True, text=True)
+  assert out.returncode == 0, out.stdout + out.stderr
+  import jaxext
+  return os.path.dirname(os.path.dirname(jaxext.__file__)), json.loads(
+      out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -160,9 +169,12 @@ def installed():
   if EMULATED_RESULT:
     with open(EMULATED_RESULT) as f:
       return os.environ["JAXEXT_WHEEL_TEST_SITE"], json.loads(f.read().strip().splitlines()[-1])
+  if IN_PLACE:
+    return _run_in_place()
   return _run_in_clean_venv()
 
 
+@pytest.mark.skipif(IN_PLACE, reason="no wheel: the build's own jaxext runs the script")
 def test_installed_wheel_is_what_runs(installed):
   site, result = installed
   assert result["file"].startswith(site), result["file"]

@@ -3,6 +3,7 @@
 
     python3 tools/lock_python.py            # every set of third_party/python/requirements_*.in
     python3 tools/lock_python.py newest     # one set
+    python3 tools/lock_python.py --keep-pins   # add new requirements, move no existing pin
 
 Each `third_party/python/requirements_<set>.in` (the jax version of the set plus the common
 `requirements.in`) is resolved by pip, once per CPython of `PYTHON_VERSIONS` in
@@ -118,13 +119,41 @@ def flatten(infile: str, version: str, out: list[str] | None = None,
   return out
 
 
+def current_pins(lockfile: str, version: str, arch: str) -> list[str]:
+  """The `name==version` lines of an existing lock that apply to CPython `version` (markers
+  decided here, as in `flatten`)."""
+  out = []
+  if not os.path.exists(lockfile):
+    return out
+  env = {"python_version": version, "python_full_version": version + ".0",
+         "implementation_name": "cpython", "platform_system": "Linux", "sys_platform": "linux",
+         "platform_machine": arch}
+  with open(lockfile) as f:
+    for raw in f:
+      line = raw.split("#", 1)[0].strip().rstrip("\\").strip()
+      if not line or line.startswith("--hash"):
+        continue
+      req, _, marker = line.partition(";")
+      if marker.strip() and not _marker_class()(marker.strip()).evaluate(env):
+        continue
+      out.append(req.strip())
+  return out
+
+
 def resolve(pip: list[str], infile: str, version: str, index_url: str,
-            scratch: str) -> dict[str, tuple[str, str]] | str:
-  """{name: (version, sha256)} for CPython `version`, or the reason it cannot be resolved."""
+            scratch: str, keep: str | None = None) -> dict[str, tuple[str, str]] | str:
+  """{name: (version, sha256)} for CPython `version`, or the reason it cannot be resolved.
+  `keep`: an existing lock whose versions constrain the resolution (only new packages move)."""
   flat = os.path.join(scratch, f"flat-{os.path.basename(infile)}-{version}.txt")
   arch = arch_of(infile)
+  lines = flatten(infile, version, arch=arch)
+  if keep:
+    constraints = os.path.join(scratch, f"keep-{os.path.basename(infile)}-{version}.txt")
+    with open(constraints, "w") as f:
+      f.write("\n".join(current_pins(keep, version, arch)) + "\n")
+    lines.append(f"-c {constraints}")
   with open(flat, "w") as f:
-    f.write("\n".join(flatten(infile, version, arch=arch)) + "\n")
+    f.write("\n".join(lines) + "\n")
   report = os.path.join(scratch, f"report-{os.path.basename(infile)}-{version}.json")
   tag = "cp" + version.replace(".", "")
   cmd = pip + ["install", "--isolated", "--disable-pip-version-check", "--dry-run",
@@ -148,11 +177,13 @@ def resolve(pip: list[str], infile: str, version: str, index_url: str,
   return out
 
 
-def lock(set_name: str, versions: list[str], index_url: str, pip: list[str], scratch: str) -> str:
+def lock(set_name: str, versions: list[str], index_url: str, pip: list[str], scratch: str,
+         keep: bool = False) -> str:
   infile = os.path.join(PYDIR, f"requirements_{set_name}.in")
+  lockfile = os.path.join(PYDIR, f"requirements_lock_{set_name}.txt")
   per_python, skipped = {}, {}
   for v in versions:
-    r = resolve(pip, infile, v, index_url, scratch)
+    r = resolve(pip, infile, v, index_url, scratch, lockfile if keep else None)
     if isinstance(r, str):
       skipped[v] = r
       print(f"  {set_name}: Python {v} left out: {r}", file=sys.stderr)
@@ -190,6 +221,9 @@ def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("sets", nargs="*", help="set names (default: every requirements_<set>.in)")
   p.add_argument("--index-url", default=pins_value("PYTHON")["index_url"])
+  p.add_argument("--keep-pins", action="store_true",
+                 help="keep every version the current lock pins (add what a .in file gained, "
+                      "move nothing else)")
   args = p.parse_args()
   sets = args.sets or sorted(
       m.group(1) for f in os.listdir(PYDIR) if (m := re.fullmatch(r"requirements_(\w+)\.in", f)))
@@ -197,7 +231,7 @@ def main() -> None:
   with tempfile.TemporaryDirectory() as scratch:
     pip = pip_command(scratch)
     for s in sets:
-      text = lock(s, versions, args.index_url, pip, scratch)
+      text = lock(s, versions, args.index_url, pip, scratch, args.keep_pins)
       path = os.path.join(PYDIR, f"requirements_lock_{s}.txt")
       with open(path, "w") as f:
         f.write(text)

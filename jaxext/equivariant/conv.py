@@ -15,6 +15,7 @@ import operator
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend.core import Primitive
 
 from jaxext import _eager
@@ -23,7 +24,7 @@ from jaxext import _jax_compat as compat
 from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _irreps
 from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_reachable,
-                                               ffi_attrs, register_trilinear_rules)
+                                               checked_spec, ffi_attrs, register_trilinear_rules)
 
 __all__ = ["conv", "conv_p"]
 
@@ -97,7 +98,13 @@ def _rows(mode, graph_avals, slot):
 
 
 def _abstract_eval(a, b, c, *graph, mode, key):
-  spec = _spec(*key)
+  spec = checked_spec("conv_p", mode, key)
+  if len(graph) != 6 or any(g.ndim != 1 or g.dtype != np.int32 for g in graph):
+    raise TypeError("conv_p: the graph is six 1-D int32 arrays (senders, receivers, edges by "
+                    "receiver and its ranges, edges by sender and its ranges); got "
+                    f"{[f'{g.dtype}{list(g.shape)}' for g in graph]}")
+  if graph[3].shape[0] < 1 or graph[5].shape[0] < 1:
+    raise TypeError("conv_p: the range arrays need at least one entry (nodes + 1)")
   for arr, s in zip((a, b, c), _inputs(mode)):
     if arr.shape != (_rows(mode, graph, s), spec.dims[s]):
       raise TypeError(f"conv_p: operand of slot {s} has shape {arr.shape}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend.core import Primitive
 
 from jaxext import _eager
@@ -54,8 +55,11 @@ def _gather(x, idx):
 
 
 def _abstract_eval(x, idx):
-  if idx.ndim != 1 or not jnp.issubdtype(idx.dtype, jnp.integer):
-    raise TypeError(f"gather_p: indices must be 1-D integers; got {idx.shape} {idx.dtype}")
+  if x.ndim < 1 or np.dtype(x.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+    raise TypeError(f"gather_p: x must be float32 or float64 with a leading axis of rows; got "
+                    f"{x.dtype}{list(x.shape)}")
+  if idx.ndim != 1 or np.dtype(idx.dtype) != np.dtype(np.int32):
+    raise TypeError(f"gather_p: indices must be 1-D int32; got {idx.dtype}{list(idx.shape)}")
   return jax.core.ShapedArray(idx.shape + x.shape[1:], x.dtype)
 
 

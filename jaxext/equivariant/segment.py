@@ -58,6 +58,16 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
 
 
 def _abstract_eval(data, ids, *, num_segments, sorted):
+  if data.ndim < 1 or np.dtype(data.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+    raise TypeError(f"segment_sum_p: data must be float32 or float64 with a leading axis of rows; "
+                    f"got {data.dtype}{list(data.shape)}")
+  if ids.shape != data.shape[:1] or np.dtype(ids.dtype) != np.dtype(np.int32):
+    raise TypeError(f"segment_sum_p: segment ids must be int32 of shape ({data.shape[0]},); got "
+                    f"{ids.dtype}{list(ids.shape)}")
+  if not isinstance(num_segments, int) or isinstance(num_segments, bool) or num_segments < 0:
+    raise TypeError(f"segment_sum_p: num_segments must be an int >= 0; got {num_segments!r}")
+  if not isinstance(sorted, bool):
+    raise TypeError(f"segment_sum_p: sorted must be a bool; got {sorted!r}")
   return jax.core.ShapedArray((num_segments,) + data.shape[1:], data.dtype)
 
 

@@ -97,6 +97,8 @@ def _terms(lmax_or_irreps):
 
 
 def _abstract_eval(x, *, lmax):
+  if not isinstance(lmax, int) or isinstance(lmax, bool) or not 0 <= lmax <= MAX_L:
+    raise TypeError(f"sph_p: lmax must be an int in [0, {MAX_L}]; got {lmax!r}")
   if x.shape[-1:] != (3,):
     raise TypeError(f"sph_p expects (..., 3) vectors; got {x.shape}")
   return jax.core.ShapedArray(x.shape[:-1] + ((lmax + 1) ** 2,), x.dtype)

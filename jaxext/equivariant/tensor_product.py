@@ -181,8 +181,26 @@ def ffi_attrs(spec: _Spec, mode: int) -> dict:
               x_terms=terms(spec.x_terms), out_terms=terms(spec.out_terms))
 
 
+def checked_spec(prim: str, mode, key) -> _Spec:
+  """The spec of a bound primitive's (mode, key), or a TypeError naming what is malformed (for
+  tp_p and conv_p bound directly: the public functions always pass well-formed ones)."""
+  if not isinstance(mode, int) or isinstance(mode, bool) or mode not in (X, Y, W, OUT):
+    raise TypeError(f"{prim}: mode must be 0 (x), 1 (y), 2 (weights) or 3 (out); got {mode!r}")
+  if not isinstance(key, tuple) or len(key) != 3:
+    raise TypeError(f"{prim}: key must be the parsed (irreps_x, irreps_y, irreps_out); got {key!r}")
+  for terms, what in zip(key, ("irreps_x", "irreps_y", "irreps_out")):
+    try:
+      ok = isinstance(terms, tuple) and _irreps.parse(terms, what) == terms
+    except (TypeError, ValueError):
+      ok = False
+    if not ok:
+      raise TypeError(f"{prim}: key's {what} must be a tuple of (multiplicity >= 0, l >= 0, "
+                      f"parity +-1) int triples; got {terms!r}")
+  return _spec(*key)
+
+
 def _abstract_eval(a, b, c, *, mode, key):
-  spec = _spec(*key)
+  spec = checked_spec("tp_p", mode, key)
   for arr, s in zip((a, b, c), _inputs(mode)):
     if arr.ndim != 2 or arr.shape[1] != spec.dims[s] or arr.shape[0] != a.shape[0]:
       raise TypeError(f"tp_p: operand for {_SLOTS[s]} has shape {arr.shape}")

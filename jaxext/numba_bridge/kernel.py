@@ -423,6 +423,14 @@ def _batch_shape(avals, bmasks, nbatch):
 
 
 def _abstract_eval(*avals, kernel, content, items, outs, nbatch, bmasks):
+  if not isinstance(nbatch, int) or not 0 <= nbatch <= 64 or len(bmasks) != len(avals) + len(outs):
+    raise TypeError(f"jaxext numba_call_p: nbatch ({nbatch!r}) must be an int in [0, 64] and "
+                    f"bmasks one mask per operand and result; got {len(bmasks)} for "
+                    f"{len(avals)} + {len(outs)}")
+  for a, m in zip(avals, bmasks):
+    if not isinstance(m, int) or not 0 <= m < 2**nbatch or _batch_rank(m) > a.ndim:
+      raise TypeError(f"jaxext numba_call_p: batch mask {m!r} does not fit an operand of rank "
+                      f"{a.ndim} with {nbatch} batch axes")
   batch = _batch_shape(avals, bmasks, nbatch)
   return tuple(jax.core.ShapedArray(batch + o.shape, o.dtype) for o in outs)
 

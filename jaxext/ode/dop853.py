@@ -123,6 +123,9 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
   Derivatives: jax.jvp / jax.grad / jax.jacobian of `ys` and `y_final` with respect to y0 and
   params, through the variational equations integrated with the state on the state's own steps
   (the error is controlled on the state; the solution is bitwise the same as without derivatives).
+  So the derivatives are as accurate as those steps make them: a state that stays at an
+  equilibrium (e.g. y0 = 0 of a linear system) lets the steps grow unchecked, and its derivatives
+  are then only good to ~1e-5 relative; bound them with `max_step` where that matters.
   Built-in models use their exact Jacobians (dual numbers through the same C++ model); a Python
   right-hand side needs `@jaxext.ode.rhs(jacobian=...)`. With events: t_events, y_events, and
   t_final / y_final of trajectories a terminal event stopped too; an event time moves by
@@ -223,9 +226,15 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
     if e.fn is None:
       if n < 3:
         raise ValueError(f"events[{i}]: a radius event needs y0 with d >= 3; got d = {n}")
-      spec.append((0, 0, e.radius, e.direction, e.max_count))
+      try:
+        radius = float(e.radius)
+      except (TypeError, ValueError):
+        radius = math.nan
+      if not math.isfinite(radius):
+        raise ValueError(f"events[{i}]: the radius must be a finite float; got {e.radius!r}")
+      spec.append((0, 0, radius, int(e.direction), e.max_count))
     else:
-      spec.append((1, 0, 0.0, e.direction, e.max_count))  # its id: at lowering (_user_attrs)
+      spec.append((1, 0, 0.0, int(e.direction), e.max_count))  # its id: at lowering (_user_attrs)
   user = None
   if user_rhs is not None or any(e.fn is not None for e in events):
     _native_module()  # a clear error if Numba is missing
@@ -419,8 +428,55 @@ def _augmented_size(n, p, sensitivities):
   return n + n * (n + p) if sensitivities else n
 
 
-def _abstract_eval(y0, params, t_span, t_eval, *, events, event_slots, sensitivities, **_):
+def _check_attributes(n, user, model, rtol, atol, first_step, max_step, max_steps, events,
+                      event_slots):
+  """dop853_p's static parameters, as dop853 makes them: a TypeError naming the first that is
+  malformed (the primitive is public; the kernels index with these)."""
+  def floats(v):
+    return isinstance(v, tuple) and all(isinstance(x, float) for x in v)
+
+  def integer(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+  for what, v in (("rtol", rtol), ("atol", atol)):
+    if not floats(v) or len(v) != n or not all(math.isfinite(x) and x > 0 for x in v):
+      raise TypeError(f"dop853_p: {what} must be a tuple of d = {n} finite floats > 0; got {v!r}")
+  if user is None and (not floats(model) or not model):
+    raise TypeError(f"dop853_p: model must be a non-empty tuple of floats "
+                    f"(jaxext.ode.models.Model.constants()); got {model!r}")
+  if not isinstance(first_step, float) or not (first_step >= 0 and math.isfinite(first_step)):
+    raise TypeError(f"dop853_p: first_step must be a finite float >= 0 (0: automatic); got "
+                    f"{first_step!r}")
+  if not isinstance(max_step, float) or not max_step > 0:
+    raise TypeError(f"dop853_p: max_step must be a float > 0 (inf: unbounded); got {max_step!r}")
+  if not integer(max_steps) or not 1 <= max_steps <= _MAX_STEPS_LIMIT:
+    raise TypeError(f"dop853_p: max_steps must be an int in [1, {_MAX_STEPS_LIMIT}]; got "
+                    f"{max_steps!r}")
+  if not integer(event_slots) or event_slots < (1 if events else 0):
+    raise TypeError(f"dop853_p: event_slots must be an int >= 1 (0 without events); got "
+                    f"{event_slots!r}")
+  if not isinstance(events, tuple) or len(events) > MAX_EVENTS:
+    raise TypeError(f"dop853_p: events must be a tuple of at most {MAX_EVENTS}; got {events!r}")
+  for i, e in enumerate(events):
+    ok = (isinstance(e, tuple) and len(e) == 5 and all(integer(e[k]) for k in (0, 1, 3, 4))
+          and isinstance(e[2], float) and e[0] in (0, 1) and e[3] in (-1, 0, 1) and e[4] >= 0)
+    if ok and e[0] == 0 and (n < 3 or not math.isfinite(e[2])):
+      ok = False
+    if ok and e[0] == 1 and (user is None or i >= len(user.events) or user.events[i].fn is None):
+      ok = False
+    if not ok:
+      raise TypeError(f"dop853_p: events[{i}] must be (kind 0 (radius, d >= 3, a finite radius) "
+                      "or 1 (a function of user), 0, radius, direction -1/0/1, max count >= 0); "
+                      f"got {e!r}")
+
+
+def _abstract_eval(y0, params, t_span, t_eval, *, user, model, rtol, atol, first_step, max_step,
+                   max_steps, events, event_slots, sensitivities, **_):
+  if y0.ndim != 2 or np.dtype(y0.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+    raise TypeError(f"dop853_p: y0 must be (N, d) float32 or float64; got {y0.dtype}{list(y0.shape)}")
   count, n = y0.shape
+  _check_attributes(n, user, model, rtol, atol, first_step, max_step, max_steps, events,
+                    event_slots)
   for x, what in ((params, "params"), (t_span, "t_span"), (t_eval, "t_eval")):
     if x.dtype != y0.dtype:
       raise TypeError(f"dop853_p: {what} has dtype {x.dtype}, y0 {y0.dtype}")

@@ -1,0 +1,509 @@
+"""Fuzzing every exported primitive through `prim.bind` (issue #30): random attributes and operands,
+consistent and not, eagerly and under jit, each primitive's cases in a child process. Every case
+must end in a result (arrays of the abstract evaluation's shapes) or a Python exception, never in a
+signal, a hang or an exit. A case that kills the child is reported by primitive and seed (rerun it
+alone with `JAXEXT_FUZZ_ONLY=<primitive>:<seed>`) and the child restarts after it.
+
+The operands are built to get past the abstract evaluation most of the time (mostly consistent,
+then one thing perturbed: a range, an ordering, a size, an attribute, an edge value), since the
+handlers are what is fuzzed. Derandomised: seeds 0..N-1 per primitive (N = JAXEXT_FUZZ_CASES,
+default 40), the same cases on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+CASES = int(os.environ.get("JAXEXT_FUZZ_CASES", "40"))
+CHILD_TIMEOUT_S = 600
+
+EDGE = np.array([0.0, -0.0, 1.0, -1.0, 0.5, np.nan, np.inf, -np.inf, 1e308, -1e308, 5e-324,
+                 1e-310, 2.0**31, -(2.0**31), 1e6, 3.14159])
+
+
+# ---------------------------------------------------------------------------------------------
+# Generators: rng -> (operands, params). Run in the child (they import jax and jaxext).
+
+
+def _dtype(rng, floats_only=False):
+  choices = [np.float64] * 4 + [np.float32] * 3
+  if not floats_only:
+    choices += [np.int32, np.float16, np.complex64]
+  return np.dtype(choices[rng.integers(len(choices))])
+
+
+def _floats(rng, shape, dtype, edge=0.3):
+  x = rng.normal(size=shape) * 10.0 ** rng.integers(-3, 4)
+  if x.size:
+    mask = rng.random(shape) < edge
+    x = np.where(mask, rng.choice(EDGE, size=shape), x)
+  with np.errstate(all="ignore"):
+    return np.asarray(x).astype(dtype)
+
+
+def _shape(rng, max_ndim=3):
+  dims = [0, 1, 1, 2, 3, 4, 7, 17]
+  return tuple(int(rng.choice(dims)) for _ in range(rng.integers(0, max_ndim + 1)))
+
+
+def _perturb_int(rng, value):
+  return int(rng.choice([value, value, value, value + 1, value - 1, 0, -1, -value, 2**31 - 1,
+                         value * 1000 + 7]))
+
+
+def _ints(rng, shape, low, high, dtype=np.int32):
+  """Mostly in [low, high); some out of range, negative or extreme."""
+  x = rng.integers(low, max(high, low + 1), size=shape).astype(np.int64)
+  if x.size and rng.random() < 0.5:
+    mask = rng.random(shape) < 0.2
+    x = np.where(mask, rng.choice([-1, high, high + 5, -(2**31), 2**31 - 1], size=shape), x)
+  info = np.iinfo(dtype)
+  return np.clip(x, info.min, info.max).astype(dtype)
+
+
+def gen_kepler(rng):
+  dtype = _dtype(rng)
+  shape = _shape(rng)
+  m = _floats(rng, shape, dtype)
+  e = _floats(rng, shape if rng.random() < 0.9 else _shape(rng), dtype)
+  e = np.abs(e) % 2 if rng.random() < 0.5 and e.dtype.kind == "f" else e
+  return (m, e), {}
+
+
+def gen_limbdark(rng):
+  from jaxext.limbdark import MAX_ORDER
+  dtype = _dtype(rng, floats_only=rng.random() < 0.8)
+  shape = _shape(rng)
+  order = int(rng.choice([0, 1, 2, 3, MAX_ORDER, MAX_ORDER + 1]))
+  b = _floats(rng, shape, dtype)
+  r = _floats(rng, shape if rng.random() < 0.6 else (), dtype)
+  lead = shape[:rng.integers(0, len(shape) + 1)] if rng.random() < 0.3 else ()
+  u = _floats(rng, lead + (order,), dtype)
+  grad = [False, True, 2, 3, -1][rng.integers(5) if rng.random() < 0.3 else rng.integers(3)]
+  return (b, r, u), dict(grad=grad)
+
+
+def gen_transit(rng):
+  from jaxext.transit import MAX_ORDER, NUM_PARAMS
+  dtype = _dtype(rng, floats_only=rng.random() < 0.8)
+  rows = _shape(rng, 2)
+  points = _shape(rng, 1)
+  t = _floats(rng, rows + points, dtype)
+  q = _floats(rng, rows + (NUM_PARAMS if rng.random() < 0.9 else NUM_PARAMS + 1,), dtype)
+  # Mostly physical parameters (period > 0, a > 1, ...) so that the kernel runs its full path.
+  if rng.random() < 0.6 and q.size:
+    q = np.abs(q) + np.asarray(1.5, dtype)
+  order = int(rng.choice([0, 1, 2, MAX_ORDER, MAX_ORDER + 1]))
+  u = _floats(rng, rows + (order,), dtype)
+  grad = bool(rng.random() < 0.4)
+  oversample = int(rng.choice([1, 1, 3, 0, -2, 2**31 + 1, 1000]))
+  return (t, q, u), dict(grad=grad, oversample=oversample)
+
+
+def gen_sph(rng):
+  dtype = _dtype(rng, floats_only=rng.random() < 0.8)
+  shape = _shape(rng, 2) + ((3,) if rng.random() < 0.9 else (int(rng.integers(0, 5)),))
+  lmax = int(rng.choice([0, 1, 2, 3, 7, 12, 13, -1, -5, 40, 10**6]))
+  return (_floats(rng, shape, dtype),), dict(lmax=lmax)
+
+
+def _irreps(rng, y=False):
+  terms = []
+  for _ in range(rng.integers(0, 4)):
+    mul = 1 if y and rng.random() < 0.8 else int(rng.choice([0, 1, 2, 3, 4]))
+    l = int(rng.choice([0, 1, 2, 3, 7]))
+    if rng.random() < 0.05:
+      l = int(rng.choice([-1, 13]))
+    terms.append((mul, l, int(rng.choice([1, -1]))))
+  return tuple(terms)
+
+
+def _module(name):
+  import importlib
+  return importlib.import_module(name)  # jaxext.equivariant's names are its functions
+
+
+def _tp_setup(rng):
+  tp = _module("jaxext.equivariant.tensor_product")
+  tx = _irreps(rng)
+  ty = _irreps(rng, y=True)
+  to = tuple(t for t in _irreps(rng))
+  if rng.random() < 0.7 and tx and ty:  # an output every x term reaches: paths exist
+    to = tuple((m, l1, p1 * p2) for m, l1, p1 in tx for _, l2, p2 in ty[:1] if l1 >= 0)
+  key = (tx, ty, to)
+  spec = tp._spec(*key)  # may raise for bad irreps (a Python error: fine, but we want kernels)
+  return tp, key, spec
+
+
+def gen_tp(rng):
+  try:
+    tp, key, spec = _tp_setup(rng)
+  except Exception:  # noqa: BLE001 (an unusable random key: use a known-good one)
+    tp = _module("jaxext.equivariant.tensor_product")
+    key = (((2, 0, 1), (2, 1, -1)), ((1, 0, 1), (1, 1, -1)), ((2, 0, 1), (2, 1, -1)))
+    spec = tp._spec(*key)
+  dtype = _dtype(rng, floats_only=rng.random() < 0.9)
+  mode = int(rng.choice([3, 3, 3, 0, 1, 2, -1, 4]))
+  rows = int(rng.choice([0, 1, 3, 8]))
+  ops = []
+  for s in (s for s in range(4) if s != (mode if 0 <= mode < 4 else 3)):
+    d = spec.dims[s] if rng.random() < 0.95 else spec.dims[s] + 1
+    ops.append(_floats(rng, (rows if rng.random() < 0.95 else rows + 1, d), dtype))
+  return tuple(ops), dict(mode=mode, key=key)
+
+
+def gen_conv(rng):
+  import jax.numpy as jnp
+  cv = _module("jaxext.equivariant.conv")
+  try:
+    tp, key, spec = _tp_setup(rng)
+  except Exception:  # noqa: BLE001
+    tp = _module("jaxext.equivariant.tensor_product")
+    key = (((2, 0, 1), (2, 1, -1)), ((1, 0, 1), (1, 1, -1)), ((2, 0, 1), (2, 1, -1)))
+    spec = tp._spec(*key)
+  dtype = _dtype(rng, floats_only=rng.random() < 0.9)
+  n_send, n_recv, e = (int(rng.choice([0, 1, 3, 6])) for _ in range(3))
+  snd = rng.integers(0, max(n_send, 1), e).astype(np.int32)
+  rcv = rng.integers(0, max(n_recv, 1), e).astype(np.int32)
+  graph = [np.asarray(g) for g in cv._graph(jnp.asarray(snd), jnp.asarray(rcv), n_send, n_recv)]
+  # Perturb some of the eight graph operands: out-of-range ids, shuffled orders, broken ranges.
+  for _ in range(rng.integers(0, 3)):
+    i = int(rng.integers(len(graph)))
+    g = graph[i].copy()
+    if g.size:
+      j = int(rng.integers(g.size))
+      g[j] = _perturb_int(rng, int(g[j]))
+      if rng.random() < 0.3:
+        rng.shuffle(g)
+    elif rng.random() < 0.5:
+      g = np.zeros(1, np.int32)
+    if rng.random() < 0.1:
+      g = g.astype(np.int64)
+    graph[i] = g
+  mode = int(rng.choice([3, 3, 3, 0, 1, 2]))
+  rows = {0: n_send, 1: e, 2: e, 3: n_recv}
+  ops = [_floats(rng, (rows[s], spec.dims[s]), dtype) for s in range(4) if s != mode]
+  return tuple(ops) + tuple(graph), dict(mode=mode, key=key)
+
+
+def gen_gather(rng):
+  dtype = _dtype(rng)
+  n = int(rng.choice([0, 1, 4]))
+  x = _floats(rng, (n,) + _shape(rng, 2), dtype)
+  idx = _ints(rng, (int(rng.choice([0, 1, 5])),), 0, n,
+              np.int32 if rng.random() < 0.8 else np.int64)
+  return (x, idx), {}
+
+
+def gen_segment_sum(rng):
+  dtype = _dtype(rng, floats_only=rng.random() < 0.8)
+  e = int(rng.choice([0, 1, 5, 33]))
+  num = int(rng.choice([0, 1, 3, 8, -1]))
+  ids = _ints(rng, (e if rng.random() < 0.9 else e + 1,), 0, max(num, 1),
+              np.int32 if rng.random() < 0.85 else np.int64)
+  if rng.random() < 0.5:
+    ids = np.sort(ids)
+  data = _floats(rng, (e,) + _shape(rng, 2), dtype)
+  return (data, ids), dict(num_segments=num, sorted=bool(rng.random() < 0.5))
+
+
+_KERNEL = None
+
+
+def _numba_kernel():
+  global _KERNEL
+  if _KERNEL is None:
+    import jax
+    import jaxext
+
+    @jaxext.numba_kernel(outputs=lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype))
+    def axpy(x, y, out, scale=2.0):
+      # Reads and writes only inside what each array has, whatever the shapes it is given.
+      n = min(x.shape[0], y.shape[0], out.shape[0])
+      for i in range(n):
+        out[i] = scale * x[i] + y[i]
+
+    _KERNEL = axpy
+  return _KERNEL
+
+
+def gen_numba_call(rng):
+  import jax
+  kern = _numba_kernel()
+  dtype = np.dtype(rng.choice([np.float64, np.float32]))
+  consistent = rng.random() < 0.6
+  nbatch = int(rng.choice([0, 1, 2])) if consistent else int(rng.choice([0, 1, 2, -1]))
+  size = int(rng.choice([0, 1, 3]))
+  n = int(rng.choice([0, 2, 5]))
+  batch_shape = (size,) * max(nbatch, 0)
+  full = (1 << max(nbatch, 0)) - 1
+  bmasks = [full if consistent else int(rng.choice([full, 0, 1, 7])) for _ in range(3)]
+  x = _floats(rng, batch_shape[:bin(bmasks[0]).count("1")] + (n,), dtype)
+  y = _floats(rng, batch_shape[:bin(bmasks[1]).count("1")] +
+              (n if consistent else int(rng.choice([n, 1])),), dtype)
+  out_shape = (n if consistent else int(rng.choice([n, 0, n + 3])),)
+  if not consistent and rng.random() < 0.2:
+    out_shape = ()
+  outs = (jax.core.ShapedArray(out_shape, dtype),)
+  scale = float(rng.choice([2.0, np.nan])) if consistent else int(rng.integers(-3, 3))
+  items = (("scale", scale),)
+  # `content` is the compiled code's id (a cache key); the lowering compiles for what it gets.
+  return (x, y), dict(kernel=kern, content=int(rng.integers(1, 2**62)), items=items, outs=outs,
+                      nbatch=nbatch, bmasks=tuple(bmasks))
+
+
+def gen_dop853(rng):
+  from jaxext import ode
+  dtype = np.dtype(rng.choice([np.float64, np.float64, np.float32]))
+  count = int(rng.choice([0, 1, 3]))
+  model = ode.models.earth(j2=bool(rng.random() < 0.5))
+  constants = list(model.constants())
+  if rng.random() < 0.2:  # malformed constants: cut, extended, band count out of range
+    which = rng.integers(3)
+    if which == 0:
+      constants = constants[:int(rng.integers(0, len(constants)))]
+    elif which == 1:
+      constants = constants + [1.0] * int(rng.integers(1, 5))
+    else:
+      constants[8] = float(rng.choice([-1, 1e9, np.nan, 3]))
+      constants[5] = 1.0
+  n = 6 if rng.random() < 0.85 else int(rng.choice([0, 1, 2, 3, 7]))
+  np_ = int(rng.choice([0, 0, 1, 3]))
+  r = 7000.0 + rng.uniform(0, 1000, count)
+  y0 = np.zeros((count, n))
+  if n >= 6:
+    y0[:, 0] = r
+    y0[:, 4] = np.sqrt(ode.models.EARTH_MU / r)
+  if rng.random() < 0.2 and y0.size:
+    y0.flat[int(rng.integers(y0.size))] = rng.choice(EDGE)
+  params = np.abs(_floats(rng, (count, np_), np.float64, edge=0.1))
+  span = np.tile([0.0, float(rng.choice([1000.0, -500.0, 0.0, 1e7]))], (count, 1))
+  if rng.random() < 0.15 and span.size:
+    span.flat[int(rng.integers(span.size))] = rng.choice([np.nan, np.inf, 1e300])
+  m = int(rng.choice([0, 1, 4]))
+  t_eval = np.sort(rng.uniform(0, 1000.0, m))
+  if rng.random() < 0.2 and m:
+    t_eval = t_eval[::-1].copy()
+  # Half the cases keep dop853's own kind of attributes (the kernel runs), half perturb them.
+  bad = rng.random() < 0.5
+  pick = lambda good, wrong: (rng.choice(good + wrong) if bad else rng.choice(good)).item()
+  tol = lambda: tuple(float(pick([1e-8, 1e-3], [0.0, -1.0, np.nan, np.inf]))
+                      for _ in range(int(pick([n], [0, 1, n + 1]))))
+  rtol, atol = tol(), tol()
+  events = []
+  for _ in range(int(rng.choice([0, 0, 1, 2]))):
+    events.append((int(pick([0], [1, 5])), 0, float(pick([6800.0, 0.0], [np.nan])),
+                   int(pick([0, 1, -1], [7])), int(pick([1, 2, 0], [-1]))))
+  if bad and rng.random() < 0.1:
+    events = [(0, 0, 6800.0, 0, 1)] * (_module("jaxext.ode.dop853").MAX_EVENTS + 1)
+  cast = lambda a: a.astype(dtype)
+  return (cast(y0), cast(params), cast(span), cast(t_eval)), dict(
+      user=None, name="fuzz", model=tuple(constants), rtol=rtol, atol=atol,
+      first_step=float(pick([0.0, 0.0, 1.0, 1e9], [-1.0, np.nan])),
+      max_step=float(pick([np.inf, np.inf, 10.0], [0.0, -1.0, np.nan])),
+      max_steps=int(pick([100000, 1000, 1], [0, -5])), events=tuple(events),
+      event_slots=int(pick([1, 1, 2], [0, -1])), sensitivities=bool(rng.random() < 0.3))
+
+
+def _prim(name):
+  import jaxext
+  from jaxext import equivariant, ode, transit
+  from jaxext.numba_bridge import kernel as nk
+  return {
+      "kepler_p": jaxext.kepler_p, "limbdark_p": jaxext.limbdark_p,
+      "transit_p": transit.transit_p, "sph_p": equivariant.sph_p, "tp_p": equivariant.tp_p,
+      "conv_p": equivariant.conv_p, "gather_p": equivariant.gather_p,
+      "segment_sum_p": equivariant.segment_sum_p, "numba_call_p": nk.numba_call_p,
+      "dop853_p": ode.dop853_p,
+  }[name]
+
+
+GENERATORS = {
+    "kepler_p": gen_kepler, "limbdark_p": gen_limbdark, "transit_p": gen_transit,
+    "sph_p": gen_sph, "tp_p": gen_tp, "conv_p": gen_conv, "gather_p": gen_gather,
+    "segment_sum_p": gen_segment_sum, "numba_call_p": gen_numba_call, "dop853_p": gen_dop853,
+}
+
+
+def run_case(name: str, seed: int) -> str:
+  """One case, eagerly then under jit: 'result' or 'error: <type>' per way (raises otherwise)."""
+  import jax
+  rng = np.random.default_rng([seed, sum(map(ord, name))])
+  try:
+    operands, params = GENERATORS[name](rng)
+  except Exception as err:  # noqa: BLE001 (the generator's own checks, e.g. a bad key)
+    return f"skipped ({type(err).__name__}: {str(err)[:200]})"
+  prim = _prim(name)
+  outcomes = []
+  for way in ("eager", "jit"):
+    fn = (lambda *a: prim.bind(*a, **params))
+    if way == "jit":
+      fn = jax.jit(fn)
+    try:
+      outs = fn(*operands)
+      outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+      for o in outs:
+        np.asarray(o)  # waits for the computation
+      outcomes.append("result")
+    except Exception as err:  # noqa: BLE001 (any Python exception is an accepted outcome)
+      outcomes.append(f"error: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}")
+  return ", ".join(outcomes)
+
+
+def child(name: str, seeds: list[int], progress: str) -> None:
+  import jax
+  jax.config.update("jax_enable_x64", True)
+  import jaxext  # noqa: F401
+  with open(progress, "a") as log:
+    for seed in seeds:
+      log.write(json.dumps({"start": seed}) + "\n")
+      log.flush()
+      os.fsync(log.fileno())
+      if name == "selftest" and seed == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)  # the harness must report this case
+      outcome = "result" if name == "selftest" else run_case(name, seed)
+      log.write(json.dumps({"done": seed, "outcome": outcome}) + "\n")
+      log.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: runs a primitive's cases in children, restarting after a case that kills one.
+
+
+def fuzz(name: str, seeds: list[int]):
+  """{seed: outcome} for every case, with 'CRASH: ...' for those that killed the child."""
+  results: dict[int, str] = {}
+  remaining = list(seeds)
+  deadline = time.monotonic() + CHILD_TIMEOUT_S
+  while remaining:
+    with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as progress:
+      cmd = [sys.executable, __file__, "--child", name, progress.name,
+             ",".join(map(str, remaining))]
+      try:
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              timeout=max(deadline - time.monotonic(), 1))
+        rc, tail = proc.returncode, proc.stderr[-2000:]
+      except subprocess.TimeoutExpired as err:
+        rc, tail = "timeout", (err.stderr or b"")[-2000:]
+      started = None
+      for line in open(progress.name):
+        rec = json.loads(line)
+        if "start" in rec:
+          started = rec["start"]
+        else:
+          results[rec["done"]] = rec["outcome"]
+          started = None
+    if rc == 0 and started is None and all(s in results for s in remaining):
+      break
+    if started is None:  # died before its first case (or between cases): nothing to blame
+      raise AssertionError(f"fuzz child for {name} failed outside any case (rc {rc}):\n{tail}")
+    why = (f"signal {signal.Signals(-rc).name}" if isinstance(rc, int) and rc < 0
+           else f"exit status {rc}")
+    results[started] = f"CRASH ({why}): {tail.strip().splitlines()[-1:] if tail else ''}"
+    if rc == "timeout":
+      break
+    remaining = [s for s in remaining if s not in results]
+  return results
+
+
+def _seeds(name):
+  only = os.environ.get("JAXEXT_FUZZ_ONLY")
+  if only:
+    prim, _, seed = only.partition(":")
+    return [int(seed)] if prim == name else []
+  return list(range(CASES))
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_fuzz_primitive(name):
+  seeds = _seeds(name)
+  if not seeds:
+    pytest.skip("JAXEXT_FUZZ_ONLY selects another primitive")
+  results = fuzz(name, seeds)
+  for seed, outcome in sorted(results.items()):
+    print(f"{name} seed {seed}: {outcome}")
+  crashes = {s: o for s, o in results.items() if o.startswith("CRASH")}
+  assert not crashes, "\n".join(
+      f"{name} seed {s}: {o}  (rerun: JAXEXT_FUZZ_ONLY={name}:{s})" for s, o in crashes.items())
+  missing = [s for s in seeds if s not in results]
+  assert not missing, f"cases never finished (timeout after {CHILD_TIMEOUT_S} s): {missing}"
+  # The cases must reach the kernels: some results, not only errors from the abstract evaluation.
+  ran = sum("result" in o for o in results.values())
+  assert ran >= len(seeds) // 4 or len(seeds) < 8, (
+      f"only {ran} of {len(seeds)} {name} cases produced a result: the generator no longer "
+      f"reaches the kernel; outcomes: {sorted(set(results.values()))}")
+
+
+MALFORMED = {
+    # What the fuzzing found the primitives accepted before checking (a hang for sph_p's lmax,
+    # MLIR verifier errors or IndexErrors naming nothing for the others).
+    "sph_p lmax": ("sph_p", lambda: ((np.ones((2, 3)),), dict(lmax=10**6)), "lmax"),
+    "tp_p mode": ("tp_p", lambda: ((np.ones((1, 1)),) * 3, dict(
+        mode=4, key=(((1, 0, 1),), ((1, 0, 1),), ((1, 0, 1),)))), "mode"),
+    "tp_p key": ("tp_p", lambda: ((np.ones((1, 1)),) * 3, dict(
+        mode=3, key=(((1, -1, 1),), ((1, 0, 1),), ((1, 0, 1),)))), "irreps_x"),
+    "conv_p graph dtype": ("conv_p", lambda: (
+        (np.ones((1, 1)),) * 3 + (np.zeros(1, np.int64), np.zeros(1, np.int32),
+                                  np.zeros(1, np.int32), np.array([0, 1], np.int32),
+                                  np.zeros(1, np.int32), np.array([0, 1], np.int32)),
+        dict(mode=3, key=(((1, 0, 1),), ((1, 0, 1),), ((1, 0, 1),)))), "int32"),
+    "segment_sum_p ids dtype": ("segment_sum_p", lambda: (
+        (np.ones((2, 1)), np.zeros(2, np.int64)), dict(num_segments=1, sorted=False)), "int32"),
+    "segment_sum_p negative count": ("segment_sum_p", lambda: (
+        (np.ones((2, 1)), np.zeros(2, np.int32)), dict(num_segments=-1, sorted=False)),
+        "num_segments"),
+    "gather_p dtype": ("gather_p", lambda: ((np.ones((2, 1), np.int32), np.zeros(1, np.int32)),
+                                            {}), "float32"),
+    "transit_p oversample": ("transit_p", lambda: (
+        (np.ones(3), np.ones((10,)), np.ones((2,))), dict(grad=False, oversample=2**21)),
+        "oversample"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_bind_raises_naming_the_parameter(case):
+  import jax
+  jax.config.update("jax_enable_x64", True)
+  name, make, word = MALFORMED[case]
+  operands, params = make()
+  with pytest.raises(TypeError, match=word):
+    jax.jit(lambda *a: _prim(name).bind(*a, **params))(*operands)
+
+
+def test_malformed_dop853_attributes_raise():
+  import jax
+  from jaxext import ode
+  jax.config.update("jax_enable_x64", True)
+  y0, p, span, te = np.ones((1, 6)), np.zeros((1, 0)), np.array([[0.0, 1.0]]), np.zeros(0)
+  good = dict(user=None, name="m", model=tuple(ode.models.earth().constants().tolist()),
+              rtol=(1e-6,) * 6, atol=(1e-9,) * 6, first_step=0.0, max_step=np.inf,
+              max_steps=1000, events=(), event_slots=1, sensitivities=False)
+  jax.jit(lambda *a: ode.dop853_p.bind(*a, **good))(y0, p, span, te)  # the baseline runs
+  for change, word in [(dict(rtol=()), "rtol"), (dict(atol=(np.nan,) * 6), "atol"),
+                       (dict(model=()), "model"), (dict(max_steps=0), "max_steps"),
+                       (dict(event_slots=0, events=((0, 0, 6800.0, 0, 1),)), "event_slots"), (dict(first_step=-1.0), "first_step"),
+                       (dict(max_step=0.0), "max_step"),
+                       (dict(events=((1, 0, 0.0, 0, 1),)), r"events\[0\]"),
+                       (dict(events=((0, 0, 6800.0, 7, 1),)), r"events\[0\]")]:
+    with pytest.raises(TypeError, match=word):
+      jax.jit(lambda *a: ode.dop853_p.bind(*a, **{**good, **change}))(y0, p, span, te)
+
+
+def test_harness_reports_a_crash():
+  """The detector itself: a case that dies by SIGSEGV is reported, and the next case still runs."""
+  results = fuzz("selftest", [0, 1, 2])
+  assert results[0] == "result" and results[2] == "result"
+  assert results[1].startswith("CRASH (signal SIGSEGV)"), results
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--child":
+  child(sys.argv[2], [int(s) for s in sys.argv[4].split(",")], sys.argv[3])
