@@ -28,6 +28,7 @@ from jaxext.transit import sky_separation, transit_light_curve
 from jaxext.version import __version__
 
 _ffi.register_all()
+platforms = _ffi.platforms
 
 
 def _numba_bridge(what: str, extra: str):
@@ -68,6 +69,7 @@ __all__ = [
     "numba_cuda_kernel",
     "numba_kernel",
     "ode",
+    "platforms",
     "quadratic_limb_dark_flux",
     "sky_separation",
     "transit_light_curve",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import importlib.util
 import os
 import threading
 
@@ -148,3 +149,46 @@ def register_native_function(function_id: int, address: int) -> None:
     return
   if lib.JaxextRegisterNativeFunction(function_id, address) != 0:
     raise ValueError("null native function address")
+
+
+# Public op -> (the FFI targets it lowers to, the optional module it also needs). The ops computed
+# in jax.numpy (sky_separation, equivariant.gather) run wherever jax does and are not listed.
+_LIMBDARK = tuple(f"jaxext_limbdark{k}_{t}" for k in ("", "_grad", "_hess") for t in ("f32", "f64"))
+_OPS = {
+    "kepler": (("jaxext_kepler_f32", "jaxext_kepler_f64"), None),
+    "limb_dark_flux": (_LIMBDARK, None),
+    "quadratic_limb_dark_flux": (_LIMBDARK, None),
+    "transit_light_curve": (tuple(f"jaxext_transit{k}_{t}" for k in ("", "_grad", "_lin", "_vjp")
+                                  for t in ("f32", "f64")), None),
+    "numba_kernel": (("jaxext_numba_call",), "numba"),
+    "numba_cuda_kernel": (("jaxext_numba_cuda_call",), "numba_cuda"),
+    "ode.dop853": (("jaxext_dop853",), None),
+    "equivariant.spherical_harmonics": (("jaxext_sph",), None),
+    "equivariant.tensor_product": (("jaxext_tensor_product",), None),
+    "equivariant.segment_sum": (("jaxext_segment_sum",), None),
+    "equivariant.conv": (("jaxext_conv",), None),
+}
+
+
+def platforms() -> dict[str, tuple[str, ...]]:
+  """Which platforms each op can run on in this installation: {op: ("cpu", "cuda") or a part}.
+
+  An op is listed for a platform when every FFI handler it lowers to is registered there (the CUDA
+  ones when jaxext was built with CUDA and its runtime loads; no GPU is needed to register them)
+  and the optional package it needs imports (Numba for `numba_kernel`, numba-cuda for
+  `numba_cuda_kernel`). Ops written in jax.numpy (`sky_separation`, `equivariant.gather`) run on
+  every platform jax has and are not listed. Python right-hand sides of `ode.dop853` need Numba
+  (and numba-cuda on CUDA); its built-in models need nothing more.
+
+      >>> jaxext.platforms()["kepler"]
+      ('cpu',)
+  """
+  registered = {("cpu" if p == "cpu" else "cuda"): set(names)
+                for p, names in register_all().items()}
+  out = {}
+  for op, (targets, module) in _OPS.items():
+    if module is not None and importlib.util.find_spec(module) is None:
+      out[op] = ()
+      continue
+    out[op] = tuple(p for p in ("cpu", "cuda") if set(targets) <= registered.get(p, set()))
+  return out

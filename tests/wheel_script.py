@@ -15,6 +15,7 @@ import jaxext
 out = {"file": jaxext.__file__, "version": jaxext.__version__, "path": sys.path,
        "jax": jax.__version__, "python": "%d.%d" % sys.version_info[:2]}
 lst = lambda x: [float(v) for v in jnp.ravel(jnp.asarray(x))]
+out["platforms"] = jaxext.platforms()
 
 # kepler
 m = jnp.array([0.5, 2.0, -3.0, 7.0])

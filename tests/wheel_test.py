@@ -192,6 +192,14 @@ def test_installed_wheel_is_what_runs(installed):
   assert result["version"] == jaxext.__version__
 
 
+def test_installed_platforms_list_every_cpu_op(installed):
+  _, r = installed
+  where = r["platforms"]
+  assert {"kepler", "transit_light_curve", "ode.dop853", "equivariant.conv"} <= set(where)
+  for op, platforms in where.items():
+    assert ("cpu" in platforms) == (op != "numba_cuda_kernel"), (op, platforms)
+
+
 def test_installed_kepler_jit_vmap_grad(installed):
   _, r = installed
   m = np.array([0.5, 2.0, -3.0, 7.0])

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib.util
 import os
 import re
 import threading
@@ -107,15 +108,22 @@ def target_cc() -> tuple[int, int]:
   return min(ccs) if ccs else (9, 0)
 
 
+_NEEDS_NUMBA_CUDA = ("compiling Python functions for CUDA (jaxext.numba_cuda_kernel, jaxext.ode's "
+                     "right-hand sides on CUDA) needs numba-cuda: pip install "
+                     "'jaxext[numba-cuda]' (numba-cuda>=0.30.4)")
+
+
 def _import_numba_cuda():
+  # Numba still ships a deprecated numba.cuda of its own, which imports without numba-cuda and
+  # then fails asking for a conda package: ask for numba-cuda's own module instead.
+  if importlib.util.find_spec("numba_cuda") is None:
+    raise ImportError(_NEEDS_NUMBA_CUDA + "; it is not installed")
   try:
     with _numpy_for_numba_cuda():
       from numba import cuda
       from numba.cuda import compiler  # noqa: F401 - fails here if numba-cuda is broken
   except ImportError as err:
-    raise ImportError("compiling Python functions for CUDA (jaxext.numba_cuda_kernel, "
-                      "jaxext.ode's right-hand sides on CUDA) needs numba-cuda: "
-                      "pip install 'jaxext[numba-cuda]' (numba-cuda>=0.30.4)") from err
+    raise ImportError(_NEEDS_NUMBA_CUDA) from err
   return cuda
 
 
