@@ -13,6 +13,15 @@ KERNEL_COPTS = [
     "-Werror=return-type",
 ]
 
+# The kernels are optimised whatever the compilation mode of the build that includes them (as
+# jaxlib's are): a monorepo building in Bazel's default fastbuild (or dbg) still gets fast ops.
+# Under -c opt the mode's own flags apply (and a --copt such as --config=asan's -O1 still wins).
+# Label(): resolved in jaxext's repository whichever repository calls the macros.
+OPTIMIZE_COPTS = select({
+    Label("//jaxext:compilation_mode_opt"): [],
+    "//conditions:default": ["-O2"],
+})
+
 def jaxext_cc_library(name, copts = [], linkstatic = True, **kwargs):
     """A cc_library of kernel or handler code (kernel copts, kept alive for FFI registration).
 
@@ -22,7 +31,7 @@ def jaxext_cc_library(name, copts = [], linkstatic = True, **kwargs):
     """
     cc_library(
         name = name,
-        copts = KERNEL_COPTS + copts,
+        copts = KERNEL_COPTS + copts + OPTIMIZE_COPTS,
         linkstatic = linkstatic,
         **kwargs
     )
@@ -69,7 +78,8 @@ def pybind_extension(name, srcs, deps = [], copts = [], linkopts = [], visibilit
         name = name,
         exported = "PyInit_" + name,
         srcs = srcs,
-        copts = copts + ["-fvisibility=hidden", "-fvisibility-inlines-hidden", "-fexceptions"],
+        copts = copts + ["-fvisibility=hidden", "-fvisibility-inlines-hidden",
+                         "-fexceptions"] + OPTIMIZE_COPTS,
         linkopts = linkopts + ["-Wl,-Bsymbolic"],
         deps = deps + [
             "@jaxext_python//:pybind11",
