@@ -710,6 +710,38 @@ def test_conv_vmap_over_graphs():
                                atol=1e-13)
 
 
+def test_graph_check_of_the_cuda_lowering_agrees_with_the_cpu_handler():
+  """conv's CUDA lowering checks a directly bound graph in jax.numpy (a kernel cannot raise; an
+  inconsistent graph gives NaN instead of reads out of bounds): its verdict must be the CPU
+  handler's on valid graphs and on graphs with one entry changed or an order shuffled."""
+  conv_module = sys.modules["jaxext.equivariant.conv"]
+  key = (((1, 0, 1),), ((1, 0, 1),), ((1, 0, 1),))
+  rng = np.random.default_rng(77)
+  verdicts = set()
+  for case in range(120):
+    n_send, n_recv, e = (int(rng.integers(1, 5)) for _ in range(3))
+    snd = rng.integers(0, n_send, e).astype(np.int32)
+    rcv = rng.integers(0, n_recv, e).astype(np.int32)
+    graph = [np.array(g) for g in conv_module._graph(jnp.asarray(snd), jnp.asarray(rcv),
+                                                        n_send, n_recv)]
+    if case % 4:  # one entry off, or an order shuffled
+      g = graph[int(rng.integers(6))]
+      g[int(rng.integers(g.size))] += int(rng.choice([-2, -1, 1, 2, 100]))
+      if rng.random() < 0.3:
+        rng.shuffle(graph[int(rng.choice([2, 4]))])
+    ok = bool(conv_module.graph_is_consistent(*map(jnp.asarray, graph)))
+    operands = (np.ones((n_send, 1)), np.ones((e, 1)), np.ones((e, 1)))
+    try:
+      out = jax.jit(lambda *a: eq.conv_p.bind(*a, mode=3, key=key))(*operands, *graph)
+      np.asarray(out)
+      raised = False
+    except Exception:  # noqa: BLE001 (the handler's InvalidArgument)
+      raised = True
+    assert ok != raised, (case, [g.tolist() for g in graph])
+    verdicts.add(ok)
+  assert verdicts == {True, False}
+
+
 # --- CUDA lowering (built with --config=cuda; execution is checked by tools/gpu_checks.py) ------
 
 _TARGETS = ("jaxext_sph", "jaxext_segment_sum", "jaxext_tensor_product", "jaxext_conv")

@@ -786,6 +786,16 @@ def equivariant_checks(check, gpu, cpu, best, report, rng, small=False, peers=Fa
         jax.device_put(far_r, gpu)))
     check("equivariant gpu: an out-of-range receiver makes the result NaN",
           bool(np.isnan(h).all()))
+    # conv_p bound with an inconsistent graph (an edge order pointing past the edges): NaN from
+    # the lowering's check, not reads out of bounds.
+    conv_module = sys.modules["jaxext.equivariant.conv"]
+    graph = [np.array(g) for g in conv_module._graph(jnp.asarray(snd, jnp.int32),
+                                                      jnp.asarray(rcv, jnp.int32), nodes, nodes)]
+    graph[2][0] = 10**6
+    key = tuple(eq._irreps.parse(i) for i in (ix, iy, io))
+    h = a(jax.jit(lambda *g: eq.conv_p.bind(x, sh, w, *g, mode=3, key=key))(
+        *(jax.device_put(g, gpu) for g in graph)))
+    check("equivariant gpu: conv_p with an inconsistent graph gives NaN", bool(np.isnan(h).all()))
 
   # The MACE-like layer (benchmarks/equivariant_bench.py's sizes), fused against unfused.
   n_nodes, n_edges = (100, 3000) if small else (1000, 30000)

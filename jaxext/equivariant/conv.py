@@ -117,6 +117,24 @@ conv_p.def_abstract_eval(_abstract_eval)
 _eager.def_jit_impl(conv_p)
 
 
+def graph_is_consistent(snd, rcv, by_recv, recv_ranges, by_send, send_ranges):
+  """What the CPU handler checks before it indexes (conv_cpu.cc), in jax.numpy: every sender and
+  receiver in range, each order a permutation of the edges that lists every node's edges (and
+  only those) in that node's range, the ranges running from 0 to the number of edges."""
+  e = snd.shape[0]
+  n_recv, n_send = recv_ranges.shape[0] - 1, send_ranges.shape[0] - 1
+  ok = jnp.all((snd >= 0) & (snd < n_send)) & jnp.all((rcv >= 0) & (rcv < n_recv))
+  position = jnp.arange(e, dtype=jnp.int32)
+  for order, ranges, ids in ((by_recv, recv_ranges, rcv), (by_send, send_ranges, snd)):
+    ok &= (ranges[0] == 0) & (ranges[-1] == e) & jnp.all(ranges[1:] >= ranges[:-1])
+    valid = (order >= 0) & (order < e)
+    edge = jnp.where(valid, order, 0)
+    node = jnp.searchsorted(ranges, position, side="right").astype(jnp.int32) - 1
+    ok &= jnp.all(valid) & jnp.all(ids[edge] == node)
+    ok &= jnp.all(jnp.zeros(e, jnp.int32).at[edge].add(1) == 1)
+  return ok
+
+
 def _lowering(ctx, *args, mode, key, platform):
   if platform not in _ffi.register_all():
     raise NotImplementedError(f"jaxext.equivariant.conv has no {platform} kernel in this build")
@@ -125,7 +143,18 @@ def _lowering(ctx, *args, mode, key, platform):
   out = jax.ShapeDtypeStruct(aval.shape, aval.dtype)
   call = jax.ffi.ffi_call("jaxext_conv", out)
   attrs = ffi_attrs(spec, mode)
-  return compat.lower_fun(lambda *xs: (call(*xs, **attrs),), multiple_results=True)(ctx, *args)
+  if platform == "cpu":  # the handler checks the graph and raises
+    return compat.lower_fun(lambda *xs: (call(*xs, **attrs),), multiple_results=True)(ctx, *args)
+
+  def cuda(a, b, c, snd, rcv, by_recv, recv_ranges, by_send, send_ranges):
+    # A kernel cannot raise, and the CUDA kernel trusts the graph: an inconsistent one (conv_p
+    # bound directly; conv() always makes consistent ones) takes the kernel's NaN path, which
+    # reads nothing but the ranges' ends, by a receiver range not starting at 0.
+    ok = graph_is_consistent(snd, rcv, by_recv, recv_ranges, by_send, send_ranges)
+    recv_ranges = recv_ranges.at[0].set(jnp.where(ok, recv_ranges[0], 1))
+    return (call(a, b, c, snd, rcv, by_recv, recv_ranges, by_send, send_ranges, **attrs),)
+
+  return compat.lower_fun(cuda, multiple_results=True)(ctx, *args)
 
 
 compat.register_lowering(conv_p, functools.partial(_lowering, platform="cpu"), "cpu")
