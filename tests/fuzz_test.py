@@ -1,4 +1,5 @@
-"""Fuzzing every exported primitive through `prim.bind` (issue #30): random attributes and operands,
+"""Fuzzing every FFI handler through its primitive's `bind` (issue #30): every exported primitive,
+and the transit's forward- and reverse-mode ones. Random attributes and operands,
 consistent and not, eagerly and under jit, each primitive's cases in a child process. Every case
 must end in a result (arrays of the abstract evaluation's shapes) or a Python exception, never in a
 signal, a hang or an exit. A case that kills the child is reported by primitive and seed (rerun it
@@ -107,6 +108,21 @@ def gen_transit(rng):
   grad = bool(rng.random() < 0.4)
   oversample = int(rng.choice([1, 1, 3, 0, -2, 2**31 + 1, 1000]))
   return (t, q, u), dict(grad=grad, oversample=oversample)
+
+
+def gen_transit_lin(rng):
+  """The forward-mode handler (jaxext_transit_lin_*): the operands and their tangents."""
+  (t, q, u), params = gen_transit(rng)
+  tangents = tuple(_floats(rng, x.shape if rng.random() < 0.9 else _shape(rng), x.dtype)
+                   for x in (t, q, u))
+  return (t, q, u) + tangents, dict(oversample=params["oversample"])
+
+
+def gen_transit_vjp(rng):
+  """The reverse-mode handler (jaxext_transit_vjp_*): the operands and a cotangent."""
+  (t, q, u), params = gen_transit(rng)
+  ct = _floats(rng, t.shape if rng.random() < 0.9 else _shape(rng), t.dtype)
+  return (t, q, u, ct), dict(oversample=params["oversample"])
 
 
 def gen_sph(rng):
@@ -320,7 +336,8 @@ def _prim(name):
   from jaxext.numba_bridge import kernel as nk
   return {
       "kepler_p": jaxext.kepler_p, "limbdark_p": jaxext.limbdark_p,
-      "transit_p": transit.transit_p, "sph_p": equivariant.sph_p, "tp_p": equivariant.tp_p,
+      "transit_p": transit.transit_p, "transit_lin_p": transit.transit_lin_p,
+      "transit_vjp_p": transit.transit_vjp_p, "sph_p": equivariant.sph_p, "tp_p": equivariant.tp_p,
       "conv_p": equivariant.conv_p, "gather_p": equivariant.gather_p,
       "segment_sum_p": equivariant.segment_sum_p, "numba_call_p": nk.numba_call_p,
       "dop853_p": ode.dop853_p,
@@ -329,6 +346,7 @@ def _prim(name):
 
 GENERATORS = {
     "kepler_p": gen_kepler, "limbdark_p": gen_limbdark, "transit_p": gen_transit,
+    "transit_lin_p": gen_transit_lin, "transit_vjp_p": gen_transit_vjp,
     "sph_p": gen_sph, "tp_p": gen_tp, "conv_p": gen_conv, "gather_p": gen_gather,
     "segment_sum_p": gen_segment_sum, "numba_call_p": gen_numba_call, "dop853_p": gen_dop853,
 }
