@@ -175,8 +175,9 @@ def platforms() -> dict[str, tuple[str, ...]]:
 
   An op is listed for a platform when every FFI handler it lowers to is registered there (the CUDA
   ones when jaxext was built with CUDA and its runtime loads; no GPU is needed to register them)
-  and the optional package it needs imports (Numba for `numba_kernel`, numba-cuda for
-  `numba_cuda_kernel`). Ops written in jax.numpy (`sky_separation`, `equivariant.gather`) run on
+  and the optional package it needs is installed (Numba for `numba_kernel`, numba-cuda for
+  `numba_cuda_kernel`; found without importing it, so a broken installation still shows here and
+  fails on first use with the package's own error). Ops written in jax.numpy (`sky_separation`, `equivariant.gather`) run on
   every platform jax has and are not listed. Python right-hand sides of `ode.dop853` need Numba
   (and numba-cuda on CUDA); its built-in models need nothing more.
 

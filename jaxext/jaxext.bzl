@@ -15,8 +15,10 @@ KERNEL_COPTS = [
 
 # The kernels are optimised whatever the compilation mode of the build that includes them (as
 # jaxlib's are): a monorepo building in Bazel's default fastbuild (or dbg) still gets fast ops.
-# Under -c opt the mode's own flags apply (and a --copt such as --config=asan's -O1 still wins).
-# Label(): resolved in jaxext's repository whichever repository calls the macros.
+# Under -c opt nothing is added (the mode's -O2, and a --copt such as --config=asan's -O1, apply);
+# otherwise -O2 comes before a target's own copts, so that one asking for more (tp_common's -O3)
+# keeps it, and after --copt (which Bazel puts first). Label(): resolved in jaxext's repository
+# whichever repository calls the macros.
 OPTIMIZE_COPTS = select({
     Label("//jaxext:compilation_mode_opt"): [],
     "//conditions:default": ["-O2"],
@@ -31,7 +33,7 @@ def jaxext_cc_library(name, copts = [], linkstatic = True, **kwargs):
     """
     cc_library(
         name = name,
-        copts = KERNEL_COPTS + copts + OPTIMIZE_COPTS,
+        copts = KERNEL_COPTS + OPTIMIZE_COPTS + copts,
         linkstatic = linkstatic,
         **kwargs
     )
@@ -78,8 +80,8 @@ def pybind_extension(name, srcs, deps = [], copts = [], linkopts = [], visibilit
         name = name,
         exported = "PyInit_" + name,
         srcs = srcs,
-        copts = copts + ["-fvisibility=hidden", "-fvisibility-inlines-hidden",
-                         "-fexceptions"] + OPTIMIZE_COPTS,
+        copts = OPTIMIZE_COPTS + copts + ["-fvisibility=hidden", "-fvisibility-inlines-hidden",
+                                          "-fexceptions"],
         linkopts = linkopts + ["-Wl,-Bsymbolic"],
         deps = deps + [
             "@jaxext_python//:pybind11",

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 CASES = int(os.environ.get("JAXEXT_FUZZ_CASES", "40"))
-CHILD_TIMEOUT_S = 600
+CASE_TIMEOUT_S = 60  # seconds without progress before a case counts as a hang
 
 EDGE = np.array([0.0, -0.0, 1.0, -1.0, 0.5, np.nan, np.inf, -np.inf, 1e308, -1e308, 5e-324,
                  1e-310, 2.0**31, -(2.0**31), 1e6, 3.14159])
@@ -352,14 +352,15 @@ GENERATORS = {
 }
 
 
-def run_case(name: str, seed: int) -> str:
-  """One case, eagerly then under jit: 'result' or 'error: <type>' per way (raises otherwise)."""
+def run_case(name: str, seed: int) -> list[str]:
+  """One case, eagerly then under jit: 'result' or 'error: <type>: ...' per way, or one
+  'skipped (...)' when the generator itself refused (raises otherwise)."""
   import jax
   rng = np.random.default_rng([seed, sum(map(ord, name))])
   try:
     operands, params = GENERATORS[name](rng)
   except Exception as err:  # noqa: BLE001 (the generator's own checks, e.g. a bad key)
-    return f"skipped ({type(err).__name__}: {str(err)[:200]})"
+    return [f"skipped ({type(err).__name__}: {str(err)[:200]})"]
   prim = _prim(name)
   outcomes = []
   for way in ("eager", "jit"):
@@ -374,7 +375,7 @@ def run_case(name: str, seed: int) -> str:
       outcomes.append("result")
     except Exception as err:  # noqa: BLE001 (any Python exception is an accepted outcome)
       outcomes.append(f"error: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}")
-  return ", ".join(outcomes)
+  return outcomes
 
 
 def child(name: str, seeds: list[int], progress: str) -> None:
@@ -388,7 +389,9 @@ def child(name: str, seeds: list[int], progress: str) -> None:
       os.fsync(log.fileno())
       if name == "selftest" and seed == 1:
         os.kill(os.getpid(), signal.SIGSEGV)  # the harness must report this case
-      outcome = "result" if name == "selftest" else run_case(name, seed)
+      if name == "selftest" and seed == 2:
+        time.sleep(3600)  # the harness must report this case as a hang
+      outcome = ["result"] if name == "selftest" else run_case(name, seed)
       log.write(json.dumps({"done": seed, "outcome": outcome}) + "\n")
       log.flush()
 
@@ -397,40 +400,56 @@ def child(name: str, seeds: list[int], progress: str) -> None:
 # The parent: runs a primitive's cases in children, restarting after a case that kills one.
 
 
-def fuzz(name: str, seeds: list[int]):
-  """{seed: outcome} for every case, with 'CRASH: ...' for those that killed the child."""
-  results: dict[int, str] = {}
+def fuzz(name: str, seeds: list[int], case_timeout: float = CASE_TIMEOUT_S):
+  """{seed: outcome} for every case: the list of run_case's outcomes, or a string 'CRASH (...)'
+  for a case that killed the child and 'HANG (...)' for one that made no progress for
+  `case_timeout` seconds (the child is killed and the next case runs in a new one)."""
+  results: dict[int, list[str] | str] = {}
   remaining = list(seeds)
-  deadline = time.monotonic() + CHILD_TIMEOUT_S
   while remaining:
-    with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as progress:
+    with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as progress, \
+        tempfile.TemporaryFile("w+") as stderr:
       cmd = [sys.executable, __file__, "--child", name, progress.name,
              ",".join(map(str, remaining))]
-      try:
-        proc = subprocess.run(cmd, capture_output=True, text=True,
-                              timeout=max(deadline - time.monotonic(), 1))
-        rc, tail = proc.returncode, proc.stderr[-2000:]
-      except subprocess.TimeoutExpired as err:
-        rc, tail = "timeout", (err.stderr or b"")[-2000:]
-      started = None
-      for line in open(progress.name):
-        rec = json.loads(line)
-        if "start" in rec:
-          started = rec["start"]
-        else:
-          results[rec["done"]] = rec["outcome"]
-          started = None
+      proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
+      started, seen, last = None, 0, time.monotonic()
+      while True:
+        rc = proc.poll()
+        lines = open(progress.name).read().splitlines()
+        for line in lines[seen:]:
+          rec = json.loads(line)
+          if "start" in rec:
+            started = rec["start"]
+          else:
+            results[rec["done"]] = rec["outcome"]
+            started = None
+        if len(lines) > seen:
+          seen, last = len(lines), time.monotonic()
+        if rc is not None:
+          break
+        if time.monotonic() - last > case_timeout:
+          proc.kill()
+          proc.wait()
+          rc = "hang"
+          break
+        time.sleep(0.1)
+      stderr.seek(0)
+      tail = stderr.read()[-2000:]
     if rc == 0 and started is None and all(s in results for s in remaining):
       break
     if started is None:  # died before its first case (or between cases): nothing to blame
       raise AssertionError(f"fuzz child for {name} failed outside any case (rc {rc}):\n{tail}")
-    why = (f"signal {signal.Signals(-rc).name}" if isinstance(rc, int) and rc < 0
-           else f"exit status {rc}")
-    results[started] = f"CRASH ({why}): {tail.strip().splitlines()[-1:] if tail else ''}"
-    if rc == "timeout":
-      break
+    if rc == "hang":
+      results[started] = f"HANG (no progress in {case_timeout:g} s)"
+    else:
+      why = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+      results[started] = f"CRASH ({why}): {tail.strip().splitlines()[-1:] if tail else ''}"
     remaining = [s for s in remaining if s not in results]
   return results
+
+
+def _show(outcome) -> str:
+  return outcome if isinstance(outcome, str) else ", ".join(outcome)
 
 
 def _seeds(name):
@@ -448,17 +467,16 @@ def test_fuzz_primitive(name):
     pytest.skip("JAXEXT_FUZZ_ONLY selects another primitive")
   results = fuzz(name, seeds)
   for seed, outcome in sorted(results.items()):
-    print(f"{name} seed {seed}: {outcome}")
-  crashes = {s: o for s, o in results.items() if o.startswith("CRASH")}
-  assert not crashes, "\n".join(
-      f"{name} seed {s}: {o}  (rerun: JAXEXT_FUZZ_ONLY={name}:{s})" for s, o in crashes.items())
-  missing = [s for s in seeds if s not in results]
-  assert not missing, f"cases never finished (timeout after {CHILD_TIMEOUT_S} s): {missing}"
-  # The cases must reach the kernels: some results, not only errors from the abstract evaluation.
-  ran = sum("result" in o for o in results.values())
+    print(f"{name} seed {seed}: {_show(outcome)}")
+  failures = {s: o for s, o in results.items() if isinstance(o, str)}  # crashes and hangs
+  assert not failures, "\n".join(
+      f"{name} seed {s}: {o}  (rerun: JAXEXT_FUZZ_ONLY={name}:{s})" for s, o in failures.items())
+  assert sorted(results) == sorted(seeds)
+  # The cases must reach the kernels: eager results, not only errors from the abstract evaluation.
+  ran = sum(o[0] == "result" for o in results.values())
   assert ran >= len(seeds) // 4 or len(seeds) < 8, (
       f"only {ran} of {len(seeds)} {name} cases produced a result: the generator no longer "
-      f"reaches the kernel; outcomes: {sorted(set(results.values()))}")
+      f"reaches the kernel; outcomes: {sorted(set(map(_show, results.values())))}")
 
 
 MALFORMED = {
@@ -497,6 +515,22 @@ def test_malformed_bind_raises_naming_the_parameter(case):
     jax.jit(lambda *a: _prim(name).bind(*a, **params))(*operands)
 
 
+def test_numba_call_results_carry_every_batch_axis():
+  """A result mask without the batch axes would tell the kernel core shapes its compiled
+  signature does not have (reads and writes past the arrays in a general kernel)."""
+  import jax
+  jax.config.update("jax_enable_x64", True)
+  kern = _numba_kernel()
+  x = np.ones((3, 4))
+  params = dict(kernel=kern, content=1, items=(("scale", 2.0),),
+                outs=(jax.core.ShapedArray((4,), np.float64),), nbatch=1, bmasks=(1, 1, 0))
+  with pytest.raises(TypeError, match="every result carries every batch axis"):
+    jax.jit(lambda a, b: _prim("numba_call_p").bind(a, b, **params))(x, x)
+  good = dict(params, bmasks=(1, 1, 1))
+  (out,) = jax.jit(lambda a, b: _prim("numba_call_p").bind(a, b, **good))(x, x)
+  np.testing.assert_array_equal(out, 3 * x)
+
+
 def test_malformed_dop853_attributes_raise():
   import jax
   from jaxext import ode
@@ -526,10 +560,12 @@ def test_handlers_are_instrumented_under_asan():
   assert b"__asan_report_load" in code and b"__ubsan_handle_" in code
 
 
-def test_harness_reports_a_crash():
-  """The detector itself: a case that dies by SIGSEGV is reported, and the next case still runs."""
-  results = fuzz("selftest", [0, 1, 2])
-  assert results[0] == "result" and results[2] == "result"
+def test_harness_reports_a_crash_and_a_hang():
+  """The detector itself: a case that dies by SIGSEGV and one that hangs are reported, and the
+  next case still runs."""
+  results = fuzz("selftest", [0, 1, 2, 3], case_timeout=20)
+  assert results[0] == ["result"] and results[3] == ["result"], results
+  assert results[2] == "HANG (no progress in 20 s)", results
   # SIGSEGV; under AddressSanitizer (--config=asan) its handler reports it and aborts instead.
   assert results[1].startswith(("CRASH (signal SIGSEGV)", "CRASH (signal SIGABRT)")), results
 

@@ -64,7 +64,10 @@ def _abstract_eval(data, ids, *, num_segments, sorted):
   if ids.shape != data.shape[:1] or np.dtype(ids.dtype) != np.dtype(np.int32):
     raise TypeError(f"segment_sum_p: segment ids must be int32 of shape ({data.shape[0]},); got "
                     f"{ids.dtype}{list(ids.shape)}")
-  if not isinstance(num_segments, int) or isinstance(num_segments, bool) or num_segments < 0:
+  # An int, or a symbolic dimension (gather's transpose passes x's row count, symbolic under a
+  # shape-polymorphic jax.export): refused are what can be neither.
+  if isinstance(num_segments, (bool, float, complex, str, bytes, type(None))) or \
+      (isinstance(num_segments, int) and num_segments < 0):
     raise TypeError(f"segment_sum_p: num_segments must be an int >= 0; got {num_segments!r}")
   if not isinstance(sorted, bool):
     raise TypeError(f"segment_sum_p: sorted must be a bool; got {sorted!r}")

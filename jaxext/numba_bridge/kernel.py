@@ -422,15 +422,22 @@ def _batch_shape(avals, bmasks, nbatch):
   return tuple(sizes)
 
 
+_MAX_BATCH_AXES = 62  # jaxext/common/batch_layout.h kMaxBatchAxes
+
+
 def _abstract_eval(*avals, kernel, content, items, outs, nbatch, bmasks):
-  if not isinstance(nbatch, int) or not 0 <= nbatch <= 64 or len(bmasks) != len(avals) + len(outs):
-    raise TypeError(f"jaxext numba_call_p: nbatch ({nbatch!r}) must be an int in [0, 64] and "
-                    f"bmasks one mask per operand and result; got {len(bmasks)} for "
-                    f"{len(avals)} + {len(outs)}")
+  if not isinstance(nbatch, int) or not 0 <= nbatch <= _MAX_BATCH_AXES or \
+      len(bmasks) != len(avals) + len(outs):
+    raise TypeError(f"jaxext numba_call_p: nbatch ({nbatch!r}) must be an int in "
+                    f"[0, {_MAX_BATCH_AXES}] and bmasks one mask per operand and result; got "
+                    f"{len(bmasks)} for {len(avals)} + {len(outs)}")
   for a, m in zip(avals, bmasks):
     if not isinstance(m, int) or not 0 <= m < 2**nbatch or _batch_rank(m) > a.ndim:
       raise TypeError(f"jaxext numba_call_p: batch mask {m!r} does not fit an operand of rank "
                       f"{a.ndim} with {nbatch} batch axes")
+  if any(m != (1 << nbatch) - 1 for m in bmasks[len(avals):]):
+    raise TypeError(f"jaxext numba_call_p: every result carries every batch axis (mask "
+                    f"{(1 << nbatch) - 1}); got {bmasks[len(avals):]}")
   batch = _batch_shape(avals, bmasks, nbatch)
   return tuple(jax.core.ShapedArray(batch + o.shape, o.dtype) for o in outs)
 
