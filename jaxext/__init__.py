@@ -19,6 +19,8 @@
     sol = jaxext.ode.dop853(jaxext.ode.models.earth(j2=True), y0, (0.0, 86400.0))  # many orbits
 """
 
+from __future__ import annotations
+
 from jaxext import _ffi
 from jaxext import equivariant
 from jaxext import ode
@@ -41,22 +43,42 @@ def _numba_bridge(what: str, extra: str):
   return kernel
 
 
-def numba_kernel(outputs, **options):
+def numba_kernel(outputs, *, vmap: str = "sequential", name: str | None = None,
+                 boundscheck: bool = False):
   """Decorator: a Numba-compatible function as a JAX operation (jaxext.numba_bridge.kernel).
+
+  Args:
+    outputs: callable (inputs...) -> a jax.ShapeDtypeStruct or a tuple of them.
+    vmap: "sequential" (one call per batch slice) or "elementwise" (the batch folds into the
+      first axis).
+    name: for error messages (default: the function's name).
+    boundscheck: compile with Numba's bounds checking (NUMBA_BOUNDSCHECK is honoured too).
 
   Needs Numba (`pip install 'jaxext[numba]'`), imported on first use: the rest of jaxext works
   without it.
   """
-  return _numba_bridge("numba_kernel", "numba").numba_kernel(outputs, **options)
+  return _numba_bridge("numba_kernel", "numba").numba_kernel(
+      outputs, vmap=vmap, name=name, boundscheck=boundscheck)
 
 
-def numba_cuda_kernel(outputs, **options):
+def numba_cuda_kernel(outputs, *, grid=None, block=256, shared_mem: int = 0,
+                      vmap: str = "sequential", name: str | None = None, fastmath: bool = False):
   """Decorator: a numba.cuda kernel as a JAX operation on CUDA devices
   (jaxext.numba_bridge.kernel.numba_cuda_kernel).
 
+  Args:
+    outputs, vmap, name: as numba_kernel's.
+    grid: blocks per launch: an int, a tuple of up to 3 ints, or a callable of the inputs and
+      parameters (default: enough 1-D blocks for the largest output).
+    block: threads per block, an int or a tuple of up to 3 ints (at most 1024 in all).
+    shared_mem: bytes of dynamic shared memory per block.
+    fastmath: numba-cuda's fastmath flag.
+
   Needs Numba and numba-cuda (`pip install 'jaxext[numba-cuda]'`), imported on first use.
   """
-  return _numba_bridge("numba_cuda_kernel", "numba-cuda").numba_cuda_kernel(outputs, **options)
+  return _numba_bridge("numba_cuda_kernel", "numba-cuda").numba_cuda_kernel(
+      outputs, grid=grid, block=block, shared_mem=shared_mem, vmap=vmap, name=name,
+      fastmath=fastmath)
 
 
 __all__ = [

@@ -90,3 +90,18 @@ def test_numba_cuda_missing_asks_for_the_extra(monkeypatch):
   with pytest.raises(ImportError, match=r"pip install 'jaxext\[numba-cuda\]'"):
     compile_cuda._import_numba_cuda()
   assert "numba_cuda_kernel" in jaxext.platforms() and jaxext.platforms()["numba_cuda_kernel"] == ()
+
+
+def test_the_numba_decorators_show_their_keywords():
+  """help(jaxext.numba_kernel) names every option (it showed `(outputs, **options)`), and they are
+  the implementation's own."""
+  import inspect
+
+  from jaxext.numba_bridge import kernel
+  for public, impl in ((jaxext.numba_kernel, kernel.numba_kernel),
+                       (jaxext.numba_cuda_kernel, kernel.numba_cuda_kernel)):
+    shown = inspect.signature(public).parameters
+    assert not any(p.kind is p.VAR_KEYWORD for p in shown.values())
+    assert list(shown) == list(inspect.signature(impl).parameters)
+    assert all(shown[k].default == p.default
+               for k, p in inspect.signature(impl).parameters.items())
