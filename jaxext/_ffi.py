@@ -151,15 +151,18 @@ def register_native_function(function_id: int, address: int) -> None:
     raise ValueError("null native function address")
 
 
+def _family(prefix: str) -> tuple[str, ...]:
+  """The per-dtype (and per-derivative) targets of one op family, as _SYMBOLS lists them."""
+  return tuple(name for name in _SYMBOLS if name.startswith(prefix))
+
+
 # Public op -> (the FFI targets it lowers to, the optional module it also needs). The ops computed
 # in jax.numpy (sky_separation, equivariant.gather) run wherever jax does and are not listed.
-_LIMBDARK = tuple(f"jaxext_limbdark{k}_{t}" for k in ("", "_grad", "_hess") for t in ("f32", "f64"))
 _OPS = {
-    "kepler": (("jaxext_kepler_f32", "jaxext_kepler_f64"), None),
-    "limb_dark_flux": (_LIMBDARK, None),
-    "quadratic_limb_dark_flux": (_LIMBDARK, None),
-    "transit_light_curve": (tuple(f"jaxext_transit{k}_{t}" for k in ("", "_grad", "_lin", "_vjp")
-                                  for t in ("f32", "f64")), None),
+    "kepler": (_family("jaxext_kepler_"), None),
+    "limb_dark_flux": (_family("jaxext_limbdark_"), None),
+    "quadratic_limb_dark_flux": (_family("jaxext_limbdark_"), None),
+    "transit_light_curve": (_family("jaxext_transit_"), None),
     "numba_kernel": (("jaxext_numba_call",), "numba"),
     "numba_cuda_kernel": (("jaxext_numba_cuda_call",), "numba_cuda"),
     "ode.dop853": (("jaxext_dop853",), None),

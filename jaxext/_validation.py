@@ -9,6 +9,16 @@ import numpy as np
 _SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+def kernel_float(dtype) -> bool:
+  """Whether the kernels compute in `dtype` (float32 or float64): the primitives' own check."""
+  return np.dtype(dtype) in _SUPPORTED
+
+
+def static_int(v) -> bool:
+  """Whether `v` is a Python int parameter (not a bool): the primitives' check of theirs."""
+  return isinstance(v, int) and not isinstance(v, bool)
+
+
 def float_operand(x, name: str):
   """Converts `x` to an array of a floating dtype, or raises TypeError naming `name`.
 

@@ -26,7 +26,7 @@ from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
-from jaxext._validation import float_operand
+from jaxext._validation import float_operand, kernel_float
 
 __all__ = ["kepler", "kepler_p"]
 
@@ -71,7 +71,7 @@ def _abstract_eval(m, e):
     raise TypeError(
         "kepler_p expects operands of equal shape and dtype; got "
         f"mean_anomaly {m.dtype}{list(m.shape)} and eccentricity {e.dtype}{list(e.shape)}")
-  if np.dtype(m.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+  if not kernel_float(m.dtype):
     raise TypeError(f"kepler_p supports float32 and float64; got {m.dtype}")
   out = jax.core.ShapedArray(m.shape, m.dtype)
   return out, out

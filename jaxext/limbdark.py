@@ -42,7 +42,7 @@ from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
-from jaxext._validation import float_operand
+from jaxext._validation import float_operand, kernel_float
 
 __all__ = ["MAX_ORDER", "limb_dark_flux", "limbdark_p", "quadratic_limb_dark_flux"]
 
@@ -124,7 +124,7 @@ def _abstract_eval(b, r, u, *, grad):
     raise TypeError(
         "limbdark_p expects r of b's shape or a scalar r, and b, r, u of one dtype; got "
         f"b {b.dtype}{list(b.shape)}, r {r.dtype}{list(r.shape)}, u {u.dtype}{list(u.shape)}")
-  if np.dtype(b.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+  if not kernel_float(b.dtype):
     raise TypeError(f"limbdark_p supports float32 and float64; got {b.dtype}")
   if u.ndim < 1 or u.shape[-1] > MAX_ORDER:
     raise TypeError(f"limbdark_p: u must be [..., n] with n <= {MAX_ORDER}; got {list(u.shape)}")

@@ -49,7 +49,7 @@ from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
-from jaxext._validation import float_operand
+from jaxext._validation import float_operand, kernel_float, static_int
 from jaxext.kepler import kepler
 from jaxext.limbdark import MAX_ORDER, limb_dark_flux
 
@@ -229,7 +229,7 @@ def transit_light_curve(t, *, period, t0, a, r, u, impact=None, inclination=None
 
 
 def _abstract_eval(t, q, u, *, grad, oversample):
-  if np.dtype(t.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+  if not kernel_float(t.dtype):
     raise TypeError(f"transit_p supports float32 and float64; got {t.dtype}")
   if q.dtype != t.dtype or u.dtype != t.dtype:
     raise TypeError(f"transit_p expects t, q, u of one dtype; got {t.dtype}, {q.dtype}, {u.dtype}")
@@ -242,8 +242,7 @@ def _abstract_eval(t, q, u, *, grad, oversample):
   if tuple(t.shape[:len(rows)]) != tuple(rows):
     raise TypeError(f"transit_p: the parameters' leading axes {list(rows)} must be a prefix of "
                     f"t's shape {list(t.shape)}")
-  if not isinstance(oversample, int) or isinstance(oversample, bool) or \
-      not 1 <= oversample <= 2**20:
+  if not static_int(oversample) or not 1 <= oversample <= 2**20:
     raise TypeError(f"transit_p: oversample must be an int in [1, 2**20]; got {oversample!r}")
   out = jax.core.ShapedArray(t.shape, t.dtype)
   if not grad:

@@ -380,7 +380,7 @@ def test_segment_sum_bad_arguments():
 
 # --- tensor_product -----------------------------------------------------------------------------
 
-from e3nn_jax.legacy import FunctionalTensorProduct  # noqa: E402
+import e3nn_reference  # noqa: E402
 from jaxext.equivariant import _cg  # noqa: E402
 
 
@@ -392,14 +392,7 @@ def test_clebsch_gordan_equal_e3nn():
                                    atol=1e-14)
 
 
-def e3nn_tensor_product(x, y, w, irreps_x, irreps_y, irreps_out):
-  instructions = [(i1, i2, io, "uvu", True) for i1, i2, io in eq.paths(irreps_x, irreps_y,
-                                                                        irreps_out)]
-  tp = FunctionalTensorProduct(e3nn.Irreps(irreps_x), e3nn.Irreps(irreps_y), e3nn.Irreps(irreps_out),
-                               instructions)
-  row = lambda a, b, c: tp.left_right(c, e3nn.IrrepsArray(irreps_x, a),
-                                      e3nn.IrrepsArray(irreps_y, b)).array
-  return jax.vmap(row)(x, y, w)
+e3nn_tensor_product = e3nn_reference.tensor_product
 
 
 TP_CASES = [

@@ -21,7 +21,7 @@ from jax.extend.core import Primitive
 
 from jaxext import _eager
 from jaxext import _jax_compat as compat
-from jaxext._validation import int32_indices, integer_operand, rows_operand
+from jaxext._validation import int32_indices, integer_operand, kernel_float, rows_operand
 
 __all__ = ["gather", "gather_p"]
 
@@ -55,7 +55,7 @@ def _gather(x, idx):
 
 
 def _abstract_eval(x, idx):
-  if x.ndim < 1 or np.dtype(x.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+  if x.ndim < 1 or not kernel_float(x.dtype):
     raise TypeError(f"gather_p: x must be float32 or float64 with a leading axis of rows; got "
                     f"{x.dtype}{list(x.shape)}")
   if idx.ndim != 1 or np.dtype(idx.dtype) != np.dtype(np.int32):

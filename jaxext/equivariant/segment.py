@@ -20,7 +20,7 @@ from jax.extend.core import Primitive
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
-from jaxext._validation import int32_indices, integer_operand, rows_operand
+from jaxext._validation import int32_indices, integer_operand, kernel_float, rows_operand
 
 __all__ = ["segment_sum", "segment_sum_p"]
 
@@ -58,7 +58,7 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
 
 
 def _abstract_eval(data, ids, *, num_segments, sorted):
-  if data.ndim < 1 or np.dtype(data.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+  if data.ndim < 1 or not kernel_float(data.dtype):
     raise TypeError(f"segment_sum_p: data must be float32 or float64 with a leading axis of rows; "
                     f"got {data.dtype}{list(data.shape)}")
   if ids.shape != data.shape[:1] or np.dtype(ids.dtype) != np.dtype(np.int32):

@@ -20,7 +20,7 @@ from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
-from jaxext._validation import float_operand
+from jaxext._validation import float_operand, static_int
 from jaxext.equivariant import _irreps, _tables
 
 __all__ = ["spherical_harmonics", "sph_p"]
@@ -97,7 +97,7 @@ def _terms(lmax_or_irreps):
 
 
 def _abstract_eval(x, *, lmax):
-  if not isinstance(lmax, int) or isinstance(lmax, bool) or not 0 <= lmax <= MAX_L:
+  if not static_int(lmax) or not 0 <= lmax <= MAX_L:
     raise TypeError(f"sph_p: lmax must be an int in [0, {MAX_L}]; got {lmax!r}")
   if x.shape[-1:] != (3,):
     raise TypeError(f"sph_p expects (..., 3) vectors; got {x.shape}")

@@ -34,7 +34,7 @@ from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
-from jaxext._validation import float_operand
+from jaxext._validation import float_operand, static_int
 from jaxext.equivariant import _cg, _irreps
 
 __all__ = ["tensor_product", "tp_p", "paths"]
@@ -184,7 +184,7 @@ def ffi_attrs(spec: _Spec, mode: int) -> dict:
 def checked_spec(prim: str, mode, key) -> _Spec:
   """The spec of a bound primitive's (mode, key), or a TypeError naming what is malformed (for
   tp_p and conv_p bound directly: the public functions always pass well-formed ones)."""
-  if not isinstance(mode, int) or isinstance(mode, bool) or mode not in (X, Y, W, OUT):
+  if not static_int(mode) or mode not in (X, Y, W, OUT):
     raise TypeError(f"{prim}: mode must be 0 (x), 1 (y), 2 (weights) or 3 (out); got {mode!r}")
   if not isinstance(key, tuple) or len(key) != 3:
     raise TypeError(f"{prim}: key must be the parsed (irreps_x, irreps_y, irreps_out); got {key!r}")

@@ -34,7 +34,7 @@ from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
-from jaxext._validation import float_operand
+from jaxext._validation import float_operand, kernel_float, static_int
 from jaxext.ode import functions
 from jaxext.ode import models
 from jaxext.ode.models import Model
@@ -435,9 +435,6 @@ def _check_attributes(n, user, model, rtol, atol, first_step, max_step, max_step
   def floats(v):
     return isinstance(v, tuple) and all(isinstance(x, float) for x in v)
 
-  def integer(v):
-    return isinstance(v, int) and not isinstance(v, bool)
-
   for what, v in (("rtol", rtol), ("atol", atol)):
     if not floats(v) or len(v) != n or not all(math.isfinite(x) and x > 0 for x in v):
       raise TypeError(f"dop853_p: {what} must be a tuple of d = {n} finite floats > 0; got {v!r}")
@@ -449,16 +446,16 @@ def _check_attributes(n, user, model, rtol, atol, first_step, max_step, max_step
                     f"{first_step!r}")
   if not isinstance(max_step, float) or not max_step > 0:
     raise TypeError(f"dop853_p: max_step must be a float > 0 (inf: unbounded); got {max_step!r}")
-  if not integer(max_steps) or not 1 <= max_steps <= _MAX_STEPS_LIMIT:
+  if not static_int(max_steps) or not 1 <= max_steps <= _MAX_STEPS_LIMIT:
     raise TypeError(f"dop853_p: max_steps must be an int in [1, {_MAX_STEPS_LIMIT}]; got "
                     f"{max_steps!r}")
-  if not integer(event_slots) or event_slots < (1 if events else 0):
+  if not static_int(event_slots) or event_slots < (1 if events else 0):
     raise TypeError(f"dop853_p: event_slots must be an int >= 1 (0 without events); got "
                     f"{event_slots!r}")
   if not isinstance(events, tuple) or len(events) > MAX_EVENTS:
     raise TypeError(f"dop853_p: events must be a tuple of at most {MAX_EVENTS}; got {events!r}")
   for i, e in enumerate(events):
-    ok = (isinstance(e, tuple) and len(e) == 5 and all(integer(e[k]) for k in (0, 1, 3, 4))
+    ok = (isinstance(e, tuple) and len(e) == 5 and all(static_int(e[k]) for k in (0, 1, 3, 4))
           and isinstance(e[2], float) and e[0] in (0, 1) and e[3] in (-1, 0, 1) and e[4] >= 0)
     if ok and e[0] == 0 and (n < 3 or not math.isfinite(e[2])):
       ok = False
@@ -472,7 +469,7 @@ def _check_attributes(n, user, model, rtol, atol, first_step, max_step, max_step
 
 def _abstract_eval(y0, params, t_span, t_eval, *, user, model, rtol, atol, first_step, max_step,
                    max_steps, events, event_slots, sensitivities, **_):
-  if y0.ndim != 2 or np.dtype(y0.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+  if y0.ndim != 2 or not kernel_float(y0.dtype):
     raise TypeError(f"dop853_p: y0 must be (N, d) float32 or float64; got {y0.dtype}{list(y0.shape)}")
   count, n = y0.shape
   _check_attributes(n, user, model, rtol, atol, first_step, max_step, max_steps, events,
