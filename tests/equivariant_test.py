@@ -703,6 +703,59 @@ def test_conv_vmap_over_graphs():
                                atol=1e-13)
 
 
+def test_conv_graph_ranges_equal_searchsorted():
+  """conv()'s graph: the ranges (running sums of per-node edge counts) equal searchsorted over
+  the stably sorted ids for ids in range, including empty nodes and no edges; with an id out of
+  range the last range falls short of the edge count (what both handlers test)."""
+  conv_module = sys.modules["jaxext.equivariant.conv"]
+  rng = np.random.default_rng(5)
+  for e, n_send, n_recv in ((0, 3, 2), (1, 1, 1), (40, 5, 30), (500, 64, 3)):
+    snd = rng.integers(0, n_send, e).astype(np.int32)
+    rcv = rng.integers(0, n_recv, e).astype(np.int32)
+    graph = [np.asarray(g) for g in jax.jit(conv_module._graph, static_argnums=(2, 3))(
+        snd, rcv, n_send, n_recv)]
+    for ids, n, perm, ranges in ((rcv, n_recv, graph[2], graph[3]),
+                                 (snd, n_send, graph[4], graph[5])):
+      np.testing.assert_array_equal(perm, np.argsort(ids, kind="stable"))
+      np.testing.assert_array_equal(ranges, np.searchsorted(ids[perm], np.arange(n + 1)))
+  for bad in (-1, 7):
+    rcv = np.array([0, 1, bad, 2], np.int32)
+    ranges = np.asarray(conv_module._graph(jnp.zeros(4, jnp.int32), rcv, 1, 3)[3])
+    assert ranges[0] == 0 and ranges[-1] == 3, ranges
+
+
+def test_conv_binds_its_own_primitive_and_conv_p_stays_checked():
+  """conv() binds an unexported primitive whose CUDA lowering skips the graph check (its graphs
+  are consistent by construction), also in every derivative; conv_p, the exported one, keeps
+  the check. Both give the same numbers."""
+  conv_module = sys.modules["jaxext.equivariant.conv"]
+  built = conv_module._conv_built_p
+  assert built is not eq.conv_p and "_conv_built_p" not in eq.__all__
+  x, y, w, snd, rcv = _conv_inputs(10, 40, 8)
+  f = lambda x, y, w: jnp.sum(eq.conv(x, y, w, snd, rcv, 10, *CONV_IRREPS) ** 2)
+  second = jax.grad(lambda x, y, w: jnp.sum(jax.grad(f)(x, y, w) ** 2), argnums=(0, 1, 2))
+  jaxpr = str(jax.make_jaxpr(second)(x, y, w))
+  assert built.name in jaxpr and re.search(r"\bjaxext_conv\[", jaxpr) is None
+  from jaxext.equivariant import _irreps
+  key = tuple(_irreps.parse(i) for i in CONV_IRREPS)
+  graph = conv_module._graph(jnp.asarray(snd, jnp.int32), jnp.asarray(rcv, jnp.int32), 10, 10)
+  np.testing.assert_array_equal(
+      np.asarray(eq.conv_p.bind(*map(jnp.asarray, (x, y, w)), *graph, mode=3, key=key)),
+      np.asarray(built.bind(*map(jnp.asarray, (x, y, w)), *graph, mode=3, key=key)))
+  # (The CUDA lowerings themselves, checked and not: test_cuda_lowering.)
+
+
+def test_harmonics_jvp_contracts_at_full_precision():
+  """The harmonics' JVP contracts with its derivative tables at Precision.HIGHEST: on GPUs a
+  default-precision float32 contraction may run in TF32 (10-bit mantissas; float32 forces lost
+  ~1e-4 on an H200 before)."""
+  v = jnp.ones((4, 3), jnp.float32)
+  jaxpr = str(jax.make_jaxpr(lambda v, t: jax.jvp(
+      lambda v: eq.spherical_harmonics("0e+1o+2e+3o", v), (v,), (t,)))(v, v))
+  precisions = re.findall(r"dot_general\[.*?precision=(\S+)", jaxpr, flags=re.S)
+  assert precisions and all("HIGHEST" in p for p in precisions), precisions
+
+
 def test_graph_check_of_the_cuda_lowering_agrees_with_the_cpu_handler():
   """conv's CUDA lowering checks a directly bound graph in jax.numpy (a kernel cannot raise; an
   inconsistent graph gives NaN instead of reads out of bounds): its verdict must be the CPU
@@ -774,3 +827,15 @@ def test_cuda_lowering():
     assert modes == {0, 1, 2, 3}, (op, modes)  # out, and the x, y, w cotangents
   # The segment sum's unsorted-ids flag is a second result on CUDA, dropped by the lowering.
   assert re.search(r"@jaxext_segment_sum\(.*\) .*-> \(tensor<\d+x\d+xf64>, tensor<1xi32>\)", text)
+  # conv_p (exported) checks a bound graph in jax.numpy before its kernel (scatter-adds among
+  # them); conv()'s own primitive, on graphs it built itself, lowers to the kernel alone.
+  conv_module = sys.modules["jaxext.equivariant.conv"]
+  from jaxext.equivariant import _irreps
+  key = tuple(_irreps.parse(i) for i in CONV_IRREPS)
+  graph = [np.asarray(g) for g in conv_module._graph(jnp.asarray(snd, jnp.int32),
+                                                      jnp.asarray(rcv, jnp.int32), nodes, nodes)]
+  sh = np.asarray(eq.spherical_harmonics("0e+1o+2e+3o", vec))
+  for prim, checks in ((eq.conv_p, True), (conv_module._conv_built_p, False)):
+    text = _export_cuda(lambda *a, prim=prim: prim.bind(*a, mode=3, key=key), x, sh, w, *graph)
+    assert "@jaxext_conv(" in text
+    assert ("stablehlo.scatter" in text) == checks, prim

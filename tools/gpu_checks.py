@@ -797,6 +797,37 @@ def equivariant_checks(check, gpu, cpu, best, report, rng, small=False, peers=Fa
         *(jax.device_put(g, gpu) for g in graph)))
     check("equivariant gpu: conv_p with an inconsistent graph gives NaN", bool(np.isnan(h).all()))
 
+  # Irreps beyond the model above: multiplicities above a warp and not a multiple of it, l = 3 in
+  # x and out (the per-path kernel's largest blocks), l = 4 (the generic kernel's fallback); the
+  # tensor product and the convolution with every cotangent, against the CPU.
+  for ixo, iyy in (("40x0e+3x1o+33x2e+5x3o", "0e+1o+2e+3o"), ("3x0e+2x4e", "0e+4e")):
+    terms = eq._irreps.parse(ixo)
+    xs = rng.normal(size=(nodes, eq._irreps.dim(terms)))
+    vec = rng.normal(size=(edges, 3))
+    ws = rng.normal(size=(edges, sum(terms[i1][0] for i1, _, _ in eq.paths(ixo, iyy, ixo)))) * 0.3
+
+    def model(x, v, w, ixo=ixo, iyy=iyy):
+      sh = eq.spherical_harmonics(iyy, v)
+      h = eq.conv(x, sh, w, snd, rcv, nodes, ixo, iyy, ixo)
+      t = eq.tensor_product(x[snd], sh, w, ixo, iyy, ixo)
+      return jnp.sum(h ** 2) + jnp.sum(jnp.sin(t))
+
+    g = jax.jit(jax.value_and_grad(model, argnums=(0, 1, 2)))
+    # float64: the GPU equals the CPU to rounding; float32: the GPU is as close to the CPU's
+    # float64 result as the CPU's own float32 result is (within 3x).
+    err = lambda r, ref: max(rel(p, q) for p, q in zip(jax.tree.leaves(r), jax.tree.leaves(ref)))
+    try:
+      ref = g(*on(cpu, xs, vec, ws))
+      r = err(g(*on(gpu, xs, vec, ws)), ref)
+      check(f"equivariant gpu: {ixo} x {iyy}, value and every cotangent match cpu float64",
+            r < 1e-11, f"relative {r:.3g}")
+      ins = [v.astype(np.float32) for v in (xs, vec, ws)]
+      r32, c32 = err(g(*on(gpu, *ins)), ref), err(g(*on(cpu, *ins)), ref)
+      check(f"equivariant gpu: {ixo} x {iyy}, float32 value and cotangents as accurate as the "
+            "cpu's", r32 <= 3 * c32 + 1e-6, f"relative to float64: gpu {r32:.3g}, cpu {c32:.3g}")
+    except Exception as e:  # noqa: BLE001 - reported; the benchmarks below still run
+      check(f"equivariant gpu: {ixo} x {iyy} ran", False, repr(e)[:1000])
+
   # The MACE-like layer (benchmarks/equivariant_bench.py's sizes), fused against unfused.
   n_nodes, n_edges = (100, 3000) if small else (1000, 30000)
   ix = io = "64x0e+64x1o+64x2e"
@@ -836,20 +867,28 @@ def equivariant_checks(check, gpu, cpu, best, report, rng, small=False, peers=Fa
 def e3nn_arm(gpu, best, report, small):
   """benchmarks/equivariant_bench.py's layer (radial MLP weights, positions in, forces out) on the
   GPU in its three arms, fused, unfused and e3nn-jax 0.21.0 (gather, vmapped legacy
-  FunctionalTensorProduct, jax.ops.segment_sum): forward and forward + backward times, XLA's
-  temporary memory, and every arm's outputs against e3nn's."""
+  FunctionalTensorProduct, jax.ops.segment_sum), and cuequivariance-jax's fused kernel where it
+  is installed: forward and forward + backward times, XLA's temporary memory, and every arm's
+  outputs against e3nn's."""
   import jax
   import numpy as np
   import equivariant_bench as eb
 
   nodes, edges = (100, 3000) if small else (1000, 30000)
   problem = eb.make_problem(nodes, edges, "mlp")
+  try:  # cuequivariance-jax with its CUDA kernels, where installed (benchmarks/cueq_arm.py)
+    import cueq_arm
+    import cuequivariance_ops_jax  # noqa: F401
+    cueq_ok = cueq_arm.available() and gpu.platform == "gpu"
+  except ImportError as err:
+    print(f"cuequivariance arm skipped: {err}")
+    cueq_ok = False
   for dtype in ("float32", "float64"):
     args = jax.device_put(eb.device_args(problem, dtype), gpu)
     row = {"op": "equivariant MACE-like layer vs e3nn-jax", "dtype": dtype, "nodes": nodes,
            "edges": edges}
     outs = {}
-    for arm in eb.ARMS:
+    for arm in eb.ARMS + (("cueq",) if cueq_ok else ()):
       for job in eb.JOBS:
         exe = jax.jit(eb.job_fn(arm, job, "mlp", nodes)).lower(*args).compile()
         outs[(arm, job)] = jax.tree.map(np.asarray, exe(*args))

@@ -1,6 +1,7 @@
 #include "jaxext/cuda/tp_cuda.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "jaxext/common/tp_binding.h"
+#include "jaxext/common/tp_path_tables.h"
 #include "jaxext/cuda/tp_cuda_common.h"
 #include "jaxext/kernels/tp.h"
 #include "xla/ffi/api/ffi.h"
@@ -35,15 +37,56 @@ std::string TableBytes(const TpAttrs& a) {
   return bytes;
 }
 
+// Where the per-path tables lie in a product's device block (bytes from its start).
+struct FastLayout {
+  size_t paths = 0, m_begin = 0, m_j = 0, y_begin = 0, y_pos = 0, m_v = 0, y_v = 0;
+  int32_t n_paths = 0, m_size = 0, ny = 0;
+  bool ok = false, valid = true;
+  int64_t need[4] = {0, 0, 0, 0};
+};
+
+// Appends the per-path tables (values in T) to `bytes`, 16-byte aligned, and says where.
+template <typename T>
+FastLayout AppendFast(const TpPathTables& h, std::string* bytes) {
+  FastLayout l;
+  l.ok = h.ok;
+  l.valid = h.valid;
+  for (int s = 0; s < 4; ++s) l.need[s] = h.need[s];
+  if (!h.ok || !h.valid) return l;
+  auto put = [&](const void* p, size_t n) {
+    bytes->resize((bytes->size() + 15) / 16 * 16, '\0');
+    const size_t at = bytes->size();
+    bytes->append(static_cast<const char*>(p), n);
+    return at;
+  };
+  std::vector<T> m_v(h.m_v.begin(), h.m_v.end()), y_v(h.y_v.begin(), h.y_v.end());
+  l.paths = put(h.paths.data(), sizeof(TpFastPath) * h.paths.size());
+  l.m_begin = put(h.m_begin.data(), sizeof(int32_t) * h.m_begin.size());
+  l.m_j = put(h.m_j.data(), sizeof(int32_t) * h.m_j.size());
+  l.y_begin = put(h.y_begin.data(), sizeof(int32_t) * h.y_begin.size());
+  l.y_pos = put(h.y_pos.data(), sizeof(int32_t) * h.y_pos.size());
+  l.m_v = put(m_v.data(), sizeof(T) * m_v.size());
+  l.y_v = put(y_v.data(), sizeof(T) * y_v.size());
+  l.n_paths = static_cast<int32_t>(h.paths.size());
+  l.m_size = h.m_size;
+  l.ny = h.ny;
+  return l;
+}
+
 std::mutex& TablesMutex() {
   static auto* mu = new std::mutex;
   return *mu;
 }
 
-// (device, bytes) -> device copy of the bytes. Never freed: executables that use them may run
-// at any time, and there is one per distinct product and precision.
-std::map<std::pair<int, std::string>, void*>& TablesCache() {
-  static auto* cache = new std::map<std::pair<int, std::string>, void*>;
+struct DeviceTables {
+  void* base = nullptr;
+  FastLayout fast;
+};
+
+// (device, bytes) -> device copy of the bytes and the per-path tables. Never freed: executables
+// that use them may run at any time, and there is one per distinct product and precision.
+std::map<std::pair<int, std::string>, DeviceTables>& TablesCache() {
+  static auto* cache = new std::map<std::pair<int, std::string>, DeviceTables>;
   return *cache;
 }
 
@@ -58,41 +101,61 @@ ffi::ErrorOr<TpTables<T>> GetTables(const TpAttrs& a, const char* op, cudaStream
     return fail("cudaGetDevice", err);
   }
   std::string bytes = TableBytes<T>(a);
-  void* base = nullptr;
+  DeviceTables found;
   {
     std::lock_guard<std::mutex> lock(TablesMutex());
     auto key = std::make_pair(device, bytes);
     auto it = TablesCache().find(key);
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     if (it != TablesCache().end()) {
-      base = it->second;
+      found = it->second;
     } else if (stream != nullptr && cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
                capturing != cudaStreamCaptureStatusNone) {
       return ffi::Unexpected(ffi::Error::Internal(
           std::string(op) + ": the product's tables are not on the device while a CUDA graph "
                             "is being captured (the FFI initialize stage did not run)"));
     } else {
-      if (cudaError_t err = cudaMalloc(&base, std::max<size_t>(bytes.size(), 8));
+      std::string blob = bytes;
+      found.fast = AppendFast<T>(
+          BuildTpPathTables(a.paths, a.n_paths, a.ci, a.cj, a.ck, a.cv, a.n_entries), &blob);
+      if (cudaError_t err = cudaMalloc(&found.base, std::max<size_t>(blob.size(), 8));
           err != cudaSuccess) {
         return fail("cudaMalloc of the product's tables", err);
       }
-      if (cudaError_t err = cudaMemcpy(base, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
+      if (cudaError_t err =
+              cudaMemcpy(found.base, blob.data(), blob.size(), cudaMemcpyHostToDevice);
           err != cudaSuccess) {
-        cudaFree(base);
+        cudaFree(found.base);
         return fail("copying the product's tables", err);
       }
-      TablesCache().emplace(std::move(key), base);
+      TablesCache().emplace(std::move(key), found);
     }
   }
-  const char* p = static_cast<const char*>(base);
+  const char* p = static_cast<const char*>(found.base);
   TpTables<T> t;
   t.n_paths = a.n_paths;
   t.paths = reinterpret_cast<const tp::Path*>(p);
-  p += sizeof(tp::Path) * a.n_paths;
-  t.ci = reinterpret_cast<const int64_t*>(p);
+  t.ci = reinterpret_cast<const int64_t*>(p + sizeof(tp::Path) * a.n_paths);
   t.cj = t.ci + a.n_entries;
   t.ck = t.cj + a.n_entries;
   t.cv = reinterpret_cast<const T*>(t.ck + a.n_entries);
+  const FastLayout& l = found.fast;
+  TpFast<T>& f = t.fast;
+  f.ok = l.ok;
+  f.valid = l.valid;
+  for (int s = 0; s < 4; ++s) f.need[s] = l.need[s];
+  if (l.ok && l.valid) {
+    f.paths = reinterpret_cast<const TpFastPath*>(p + l.paths);
+    f.m_begin = reinterpret_cast<const int32_t*>(p + l.m_begin);
+    f.m_j = reinterpret_cast<const int32_t*>(p + l.m_j);
+    f.y_begin = reinterpret_cast<const int32_t*>(p + l.y_begin);
+    f.y_pos = reinterpret_cast<const int32_t*>(p + l.y_pos);
+    f.m_v = reinterpret_cast<const T*>(p + l.m_v);
+    f.y_v = reinterpret_cast<const T*>(p + l.y_v);
+    f.n_paths = l.n_paths;
+    f.m_size = l.m_size;
+    f.ny = l.ny;
+  }
   return t;
 }
 

@@ -1,12 +1,15 @@
 // What the CUDA handlers of jaxext.equivariant.tensor_product and .conv share: the product's
-// tables in device memory, and one kernel for both.
+// tables in device memory, and the kernels for both.
 //
 // Tables: the paths and Clebsch-Gordan entries arrive as FFI attributes (host memory). They are
 // copied to the device once per (device, precision, contents), in the FFI initialize stage
 // (before any CUDA graph capture), and kept for the life of the process.
 //
-// Kernel: one block per result row (a tensor product's row; a convolution's node, adding its
-// edges in sorted order, or one edge for the y and w cotangents), its threads over the channels u
+// Two kernels. The per-path kernel (TpFastKernel, below) runs whenever every path has l <= 3 in
+// x and out; the generic kernel (TpKernel) otherwise.
+//
+// Generic kernel: one block per result row (a tensor product's row; a convolution's node, adding
+// its edges in sorted order, or one edge for the y and w cotangents), its threads over the channels u
 // of each path. Every element of the result row is owned by one thread, which adds its terms in a
 // fixed order (edges, paths, Clebsch-Gordan entries) into an accumulator in shared memory:
 // deterministic, no atomics. The y cotangent sums over channels, so there a thread owns y
@@ -15,17 +18,35 @@
 #ifndef JAXEXT_CUDA_TP_CUDA_COMMON_H_
 #define JAXEXT_CUDA_TP_CUDA_COMMON_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include <cuda_runtime_api.h>
 
 #include "jaxext/common/tp_binding.h"
+#include "jaxext/common/tp_path_tables.h"
 #include "jaxext/kernels/tp.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jaxext {
 namespace cuda {
+
+// Device copies of the per-path kernel's tables (jaxext/common/tp_path_tables.h explains them),
+// values in T; ok, valid and need as there.
+template <typename T>
+struct TpFast {
+  const TpFastPath* paths = nullptr;
+  const int32_t *m_begin = nullptr, *m_j = nullptr, *y_begin = nullptr, *y_pos = nullptr;
+  const T *m_v = nullptr, *y_v = nullptr;
+  int32_t n_paths = 0, m_size = 0, ny = 0;
+  bool ok = false;
+  // Row widths the paths need in slots x, y, w, out (checked against the call's dims); `valid`:
+  // every entry's (i, j, k) lies inside its path's blocks.
+  int64_t need[4] = {0, 0, 0, 0};
+  bool valid = true;
+};
 
 // Device copies of the tables (cv in T).
 template <typename T>
@@ -34,6 +55,7 @@ struct TpTables {
   const int64_t *ci = nullptr, *cj = nullptr, *ck = nullptr;
   const T* cv = nullptr;
   int64_t n_paths = 0;
+  TpFast<T> fast;
 };
 
 // The tables of `a` on the current device (copied there on first use; host-synchronous then).
@@ -198,11 +220,290 @@ __global__ void __launch_bounds__(kTpThreads * kTpGroups)
   }
 }
 
-// Launches TpKernel for ops.rows rows on `stream`.
+// --- The per-path kernel (used whenever TpFast::ok) ---------------------------------------------
+//
+// One warp per row task (an edge, a plain product's row, or a share of a node's edges), its lanes
+// over the channels u. Per edge, the warp first builds M = sum_j c y[j] (a dense dx x dout matrix
+// per path, in the warp's shared memory; every lane owns some of its elements), then each lane
+// runs every path for its channels with the path's sizes fixed at compile time (a switch over
+// 2l+1 in {1, 3, 5, 7}): the channel's x (or out cotangent) values in registers, M read as a
+// broadcast, the products summed in registers and added once per (path, channel, component) to
+// the warp's accumulator row in shared memory. The y cotangent sums over channels: each lane
+// keeps its channels' share of N = sum_u w x (outer) o per path in registers, and the warp adds
+// the lanes by shuffles in a fixed pattern. Node rows split their edges over the block's warps,
+// whose rows are added in warp order. Deterministic: every sum has one owner and a fixed order.
+constexpr int kTpWarp = 32;
+constexpr int kTpFastWarps = 8;
+// Shared memory per block of this kernel: under the 48 KB a launch gets without an opt-in.
+constexpr int64_t kTpFastSharedLimit = 46 * 1024;
+
+template <typename T>
+__device__ __forceinline__ T TpWarpSum(T v) {
+#pragma unroll
+  for (int s = kTpWarp / 2; s > 0; s /= 2) v += __shfl_xor_sync(0xffffffffu, v, s);
+  return v;
+}
+
+// One path for this lane's channels. M: the path's (dx, dout) block (kY: N's block, written
+// here). acc: the warp's accumulator row (the result's layout).
+template <typename T, int kMode, int DX, int DO>
+__device__ __forceinline__ void TpFastPathRow(const TpFastPath& q, T* __restrict__ M,
+                                              const T* __restrict__ x, const T* __restrict__ w,
+                                              const T* __restrict__ o, T* __restrict__ acc,
+                                              int lane) {
+  if constexpr (kMode == tp::kY) {
+    T n[DX * DO];
+#pragma unroll
+    for (int t = 0; t < DX * DO; ++t) n[t] = T(0);
+    for (int u = lane; u < q.mul; u += kTpWarp) {
+      T xv[DX], ov[DO];
+#pragma unroll
+      for (int i = 0; i < DX; ++i) xv[i] = x[q.x + u * DX + i];
+#pragma unroll
+      for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
+      const T wu = w[q.w + u];
+#pragma unroll
+      for (int i = 0; i < DX; ++i) {
+        const T a = wu * xv[i];
+#pragma unroll
+        for (int k = 0; k < DO; ++k) n[i * DO + k] += a * ov[k];
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < DX * DO; ++t) {
+      const T s = TpWarpSum(n[t]);
+      if (lane == t % kTpWarp) M[t] = s;
+    }
+  } else {
+    for (int u = lane; u < q.mul; u += kTpWarp) {
+      const T wu = w == nullptr ? T(0) : w[q.w + u];
+      if constexpr (kMode == tp::kOut) {
+        T xv[DX];
+#pragma unroll
+        for (int i = 0; i < DX; ++i) xv[i] = x[q.x + u * DX + i];
+        T* a = acc + q.out + u * DO;
+#pragma unroll
+        for (int k = 0; k < DO; ++k) {
+          T s = T(0);
+#pragma unroll
+          for (int i = 0; i < DX; ++i) s += xv[i] * M[i * DO + k];
+          a[k] += wu * s;
+        }
+      } else if constexpr (kMode == tp::kX) {
+        T ov[DO];
+#pragma unroll
+        for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
+        T* a = acc + q.x + u * DX;
+#pragma unroll
+        for (int i = 0; i < DX; ++i) {
+          T s = T(0);
+#pragma unroll
+          for (int k = 0; k < DO; ++k) s += M[i * DO + k] * ov[k];
+          a[i] += wu * s;
+        }
+      } else {  // kW
+        T ov[DO];
+#pragma unroll
+        for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
+        T s = T(0);
+#pragma unroll
+        for (int i = 0; i < DX; ++i) {
+          T t = T(0);
+#pragma unroll
+          for (int k = 0; k < DO; ++k) t += M[i * DO + k] * ov[k];
+          s += x[q.x + u * DX + i] * t;
+        }
+        acc[q.w + u] += s;
+      }
+    }
+  }
+}
+
+template <typename T, int kMode, int DX>
+__device__ __forceinline__ void TpFastPathDout(const TpFastPath& q, T* M, const T* x,
+                                               const T* w, const T* o, T* acc, int lane) {
+  switch (q.dout) {
+    case 1: TpFastPathRow<T, kMode, DX, 1>(q, M, x, w, o, acc, lane); break;
+    case 3: TpFastPathRow<T, kMode, DX, 3>(q, M, x, w, o, acc, lane); break;
+    case 5: TpFastPathRow<T, kMode, DX, 5>(q, M, x, w, o, acc, lane); break;
+    default: TpFastPathRow<T, kMode, DX, 7>(q, M, x, w, o, acc, lane); break;
+  }
+}
+
+// One edge (or plain row): x, y, w, o its rows (the result's slot null); acc the warp's
+// accumulator row; M the warp's M (or N) buffer. (Copying the rows into shared memory first,
+// with coalesced loads, was measured no faster on an H200: it costs occupancy.)
+template <typename T, int kMode>
+__device__ void TpFastEdge(const TpFast<T>& f, const T* __restrict__ x, const T* __restrict__ y,
+                           const T* __restrict__ w, const T* __restrict__ o, T* __restrict__ acc,
+                           T* __restrict__ M, int lane) {
+  if constexpr (kMode != tp::kY) {
+    for (int pos = lane; pos < f.m_size; pos += kTpWarp) {
+      T s = T(0);
+      for (int e = f.m_begin[pos]; e < f.m_begin[pos + 1]; ++e) s += f.m_v[e] * y[f.m_j[e]];
+      M[pos] = s;
+    }
+    __syncwarp();
+  }
+  for (int p = 0; p < f.n_paths; ++p) {
+    const TpFastPath q = f.paths[p];
+    T* m = M + q.moff;
+    switch (q.dx) {
+      case 1: TpFastPathDout<T, kMode, 1>(q, m, x, w, o, acc, lane); break;
+      case 3: TpFastPathDout<T, kMode, 3>(q, m, x, w, o, acc, lane); break;
+      case 5: TpFastPathDout<T, kMode, 5>(q, m, x, w, o, acc, lane); break;
+      default: TpFastPathDout<T, kMode, 7>(q, m, x, w, o, acc, lane); break;
+    }
+  }
+  if constexpr (kMode == tp::kY) {
+    __syncwarp();  // N complete
+    for (int jg = lane; jg < f.ny; jg += kTpWarp) {
+      T s = T(0);
+      for (int e = f.y_begin[jg]; e < f.y_begin[jg + 1]; ++e) s += f.y_v[e] * M[f.y_pos[e]];
+      acc[jg] += s;
+    }
+  }
+  __syncwarp();  // before the next edge rewrites M
+}
+
+// Shared memory per warp, in elements: M (or N), then the accumulator row; even, so that rows
+// stay 8-byte aligned.
+__host__ __device__ inline int64_t TpFastPerWarp(int32_t m_size, int64_t width) {
+  return (static_cast<int64_t>(m_size) + width + 1) / 2 * 2;
+}
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(kTpWarp * kTpFastWarps)
+    TpFastKernel(const __grid_constant__ TpFast<T> f, const __grid_constant__ TpOperands<T> ops,
+                 const __grid_constant__ TpGraph g, int64_t per_warp) {
+  extern __shared__ __align__(16) unsigned char tp_shared[];
+  const int lane = threadIdx.x % kTpWarp;
+  const int warp = threadIdx.x / kTpWarp;
+  const int warps = blockDim.x / kTpWarp;
+  const int64_t* d = ops.dims;
+  const int64_t width = d[kMode];
+  T* const base = reinterpret_cast<T*>(tp_shared);
+  T* const M = base + warp * per_warp;
+  T* const acc = M + f.m_size;
+  auto row = [&](int s, int64_t r) -> const T* {
+    return ops.slot[s] == nullptr ? nullptr : ops.slot[s] + r * d[s];
+  };
+  // An edge naming a node out of range makes the whole result NaN (the CPU raises instead).
+  const bool bad = g.senders != nullptr &&
+                   (g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
+                    g.send_ranges[0] != 0 || g.send_ranges[g.n_senders] != g.n_edges);
+  if (g.senders != nullptr && (kMode == tp::kOut || kMode == tp::kX)) {  // node rows
+    for (int64_t r = blockIdx.x; r < ops.rows; r += gridDim.x) {
+      T* out = ops.result + r * width;
+      if (bad) {
+        for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[c] = T(NAN);
+        continue;
+      }
+      for (int64_t c = lane; c < width; c += kTpWarp) acc[c] = T(0);
+      __syncwarp();
+      for (int32_t q = g.ranges[r] + warp; q < g.ranges[r + 1]; q += warps) {
+        const int32_t k = g.order[q];
+        TpFastEdge<T, kMode>(f, row(tp::kX, g.senders[k]), row(tp::kY, k), row(tp::kW, k),
+                             row(tp::kOut, g.receivers[k]), acc, M, lane);
+      }
+      __syncthreads();  // every warp's row complete
+      for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+        T sum = base[f.m_size + c];
+        for (int v = 1; v < warps; ++v) sum += base[v * per_warp + f.m_size + c];
+        out[c] = sum;
+      }
+      __syncthreads();  // before the next node reuses the rows
+    }
+    return;
+  }
+  // One task per warp: a plain product's row, or one edge (the y and w cotangents).
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * warps + warp; r < ops.rows;
+       r += static_cast<int64_t>(gridDim.x) * warps) {
+    T* out = ops.result + r * width;
+    if (bad) {
+      for (int64_t c = lane; c < width; c += kTpWarp) out[c] = T(NAN);
+      continue;
+    }
+    int64_t xr = r, orow = r;
+    if (g.senders != nullptr) {
+      xr = g.senders[r];
+      orow = g.receivers[r];
+    }
+    for (int64_t c = lane; c < width; c += kTpWarp) acc[c] = T(0);
+    __syncwarp();
+    TpFastEdge<T, kMode>(f, row(tp::kX, xr), row(tp::kY, r), row(tp::kW, r), row(tp::kOut, orow),
+                         acc, M, lane);
+    for (int64_t c = lane; c < width; c += kTpWarp) out[c] = acc[c];
+    __syncwarp();  // before the next task zeroes the row
+  }
+}
+
+// JAXEXT_TP_CUDA_KERNEL=generic runs the generic kernel (TpKernel, otherwise only the fallback
+// for l > 3) instead of the per-path one: for A/B comparisons, in a separate process.
+inline bool TpFastWanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("JAXEXT_TP_CUDA_KERNEL");
+    return v == nullptr || std::string(v) != "generic";
+  }();
+  return wanted;
+}
+
+// Launches the per-path kernel if it applies (else returns false): its tables usable, one
+// warp's shared memory within the limit, not switched off.
+template <typename T>
+bool LaunchTpFast(cudaStream_t stream, int mode, const TpFast<T>& f, const TpOperands<T>& ops,
+                  const TpGraph& g) {
+  if (!f.ok || !TpFastWanted()) return false;
+  const int64_t per_warp = TpFastPerWarp(f.m_size, ops.dims[mode]);
+  const int64_t warp_bytes = per_warp * static_cast<int64_t>(sizeof(T));
+  const int64_t fit = kTpFastSharedLimit / warp_bytes;
+  if (fit < 1) return false;
+  const int warps = static_cast<int>(std::min<int64_t>(kTpFastWarps, fit));
+  const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);
+  const int64_t blocks_wanted = node_rows ? ops.rows : (ops.rows + warps - 1) / warps;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(blocks_wanted, int64_t{1} << 20));
+  const unsigned threads = static_cast<unsigned>(kTpWarp * warps);
+  const size_t shared = static_cast<size_t>(warps * warp_bytes);
+  switch (mode) {
+    case tp::kOut:
+      TpFastKernel<T, tp::kOut><<<blocks, threads, shared, stream>>>(f, ops, g, per_warp);
+      break;
+    case tp::kX:
+      TpFastKernel<T, tp::kX><<<blocks, threads, shared, stream>>>(f, ops, g, per_warp);
+      break;
+    case tp::kY:
+      TpFastKernel<T, tp::kY><<<blocks, threads, shared, stream>>>(f, ops, g, per_warp);
+      break;
+    default:
+      TpFastKernel<T, tp::kW><<<blocks, threads, shared, stream>>>(f, ops, g, per_warp);
+      break;
+  }
+  return true;
+}
+
+// Launches the per-path kernel where it applies, else TpKernel, for ops.rows rows on `stream`.
 template <typename T>
 xla::ffi::Error LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
                          const TpOperands<T>& ops, const TpGraph& g, const char* op) {
+  if (!t.fast.valid) {
+    return xla::ffi::Error::InvalidArgument(std::string(op) +
+                                            ": a Clebsch-Gordan entry lies outside its path");
+  }
+  for (int s = 0; s < 4; ++s) {
+    if (t.fast.need[s] > ops.dims[s]) {
+      return xla::ffi::Error::InvalidArgument(std::string(op) +
+                                              ": a path lies outside the rows' widths");
+    }
+  }
   if (ops.rows == 0) return xla::ffi::Error::Success();
+  if (LaunchTpFast<T>(stream, mode, t.fast, ops, g)) {
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) {
+      return xla::ffi::Error::Internal(std::string(op) + ": CUDA launch failed: " +
+                                       cudaGetErrorString(err));
+    }
+    return xla::ffi::Error::Success();
+  }
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ops.rows, int64_t{1} << 20));
   const int64_t row_bytes = ops.dims[mode] * static_cast<int64_t>(sizeof(T));
   const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);

@@ -29,6 +29,12 @@ from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, che
 __all__ = ["conv", "conv_p"]
 
 conv_p = Primitive("jaxext_conv")
+# conv()'s own primitive: the same op, bound only on graphs conv() built itself (consistent by
+# construction: two stable sorts and their ranges), so that its CUDA lowering skips the graph
+# check the public conv_p needs (a few O(E) kernels per mode and call). Not exported: bound directly, a CUDA kernel would read the graph as given.
+# Out-of-range node ids still give NaN (the ranges then do not cover the edges: the kernel's
+# own check).
+_conv_built_p = Primitive("jaxext_conv_built")
 _NODE_SLOTS = (X, OUT)
 
 
@@ -79,15 +85,23 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x,
   dtype = jnp.result_type(x, y, w)
   snd, rcv = int32_indices(snd, x.shape[0]), int32_indices(rcv, num_nodes)
   graph = _graph(snd, rcv, x.shape[0], num_nodes)
-  return conv_p.bind(x.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
+  return _conv_built_p.bind(x.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
                      key=(tx, ty, to))
 
 
 def _graph(snd, rcv, num_senders, num_nodes):
-  """senders, receivers, edges by receiver with ranges, edges by sender with ranges (int32)."""
+  """senders, receivers, edges by receiver with ranges, edges by sender with ranges (int32).
+
+  The ranges are the running sums of each node's edge count (an integer scatter-add: exact, so
+  deterministic): a few kernels on a GPU, where searchsorted's loop of ~log2(E) steps took most
+  of the convolution's time. An id outside [0, n) (int32_indices puts every bad one there) is
+  counted nowhere, so the last range falls short of the edges: the handlers' out-of-range test.
+  """
   def order(ids, n):
     perm = jnp.argsort(ids, stable=True).astype(jnp.int32)
-    ranges = jnp.searchsorted(ids[perm], jnp.arange(n + 1, dtype=jnp.int32)).astype(jnp.int32)
+    inside = jnp.where((ids >= 0) & (ids < n), ids, n)
+    counts = jnp.zeros(n, jnp.int32).at[inside].add(1, mode="drop")
+    ranges = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(counts, dtype=jnp.int32)])
     return perm, ranges
   return (snd, rcv) + order(rcv, num_nodes) + order(snd, num_senders)
 
@@ -111,10 +125,9 @@ def _abstract_eval(a, b, c, *graph, mode, key):
   return jax.core.ShapedArray((_rows(mode, graph, mode), spec.dims[mode]), a.dtype)
 
 
-conv_p.def_abstract_eval(_abstract_eval)
-
-
-_eager.def_jit_impl(conv_p)
+for _prim in (conv_p, _conv_built_p):
+  _prim.def_abstract_eval(_abstract_eval)
+  _eager.def_jit_impl(_prim)
 
 
 def graph_is_consistent(snd, rcv, by_recv, recv_ranges, by_send, send_ranges):
@@ -124,18 +137,22 @@ def graph_is_consistent(snd, rcv, by_recv, recv_ranges, by_send, send_ranges):
   e = snd.shape[0]
   n_recv, n_send = recv_ranges.shape[0] - 1, send_ranges.shape[0] - 1
   ok = jnp.all((snd >= 0) & (snd < n_send)) & jnp.all((rcv >= 0) & (rcv < n_recv))
-  position = jnp.arange(e, dtype=jnp.int32)
   for order, ranges, ids in ((by_recv, recv_ranges, rcv), (by_send, send_ranges, snd)):
     ok &= (ranges[0] == 0) & (ranges[-1] == e) & jnp.all(ranges[1:] >= ranges[:-1])
     valid = (order >= 0) & (order < e)
     edge = jnp.where(valid, order, 0)
-    node = jnp.searchsorted(ranges, position, side="right").astype(jnp.int32) - 1
+    # The node whose range holds each position: searchsorted(ranges, position, "right") - 1,
+    # as the running count of range starts at or before it (a scatter-add and a cumsum instead
+    # of searchsorted's ~log2(nodes) dependent steps; equal wherever the ranges are monotonic,
+    # which the line above requires).
+    starts = jnp.zeros(e + 1, jnp.int32).at[jnp.clip(ranges, 0, e)].add(1)
+    node = jnp.cumsum(starts, dtype=jnp.int32)[:e] - 1
     ok &= jnp.all(valid) & jnp.all(ids[edge] == node)
     ok &= jnp.all(jnp.zeros(e, jnp.int32).at[edge].add(1) == 1)
   return ok
 
 
-def _lowering(ctx, *args, mode, key, platform):
+def _lowering(ctx, *args, mode, key, platform, checked):
   if platform not in _ffi.register_all():
     raise NotImplementedError(f"jaxext.equivariant.conv has no {platform} kernel in this build")
   spec = _spec(*key)
@@ -143,7 +160,7 @@ def _lowering(ctx, *args, mode, key, platform):
   out = jax.ShapeDtypeStruct(aval.shape, aval.dtype)
   call = jax.ffi.ffi_call("jaxext_conv", out)
   attrs = ffi_attrs(spec, mode)
-  if platform == "cpu":  # the handler checks the graph and raises
+  if platform == "cpu" or not checked:  # the CPU handler checks the graph and raises
     return compat.lower_fun(lambda *xs: (call(*xs, **attrs),), multiple_results=True)(ctx, *args)
 
   def cuda(a, b, c, snd, rcv, by_recv, recv_ranges, by_send, send_ranges):
@@ -157,19 +174,17 @@ def _lowering(ctx, *args, mode, key, platform):
   return compat.lower_fun(cuda, multiple_results=True)(ctx, *args)
 
 
-compat.register_lowering(conv_p, functools.partial(_lowering, platform="cpu"), "cpu")
-compat.register_lowering(conv_p, functools.partial(_lowering, platform="CUDA"), "cuda")
-
-
-register_trilinear_rules(conv_p)
-
-
-def _batch(args, dims, *, mode, key):
+def _batch(prim, args, dims, *, mode, key):
   """A batch of graphs (same sizes): one call per graph (jax.lax.map)."""
   size = compat.batch_size(args, dims)
   moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
-  out = jax.lax.map(lambda xs: conv_p.bind(*xs, mode=mode, key=key), tuple(moved))
+  out = jax.lax.map(lambda xs: prim.bind(*xs, mode=mode, key=key), tuple(moved))
   return out, 0
 
 
-compat.register_batching(conv_p, _batch)
+for _prim, _checked in ((conv_p, True), (_conv_built_p, False)):
+  for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
+    compat.register_lowering(
+        _prim, functools.partial(_lowering, platform=_platform, checked=_checked), _name)
+  register_trilinear_rules(_prim)  # derivatives bind the same primitive (conv()'s stay trusted)
+  compat.register_batching(_prim, functools.partial(_batch, _prim))

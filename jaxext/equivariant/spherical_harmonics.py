@@ -139,7 +139,10 @@ def _jvp(primals, tangents, *, lmax):
   parts = [jnp.zeros(y.shape[:-1] + (1,), y.dtype)]
   for l in range(1, lmax + 1):
     a = jnp.asarray(_tables.derivatives(l), y.dtype)
-    parts.append(jnp.einsum("...j,ikj,...k->...i", y[..., (l - 1) ** 2:l * l], a, dx))
+    # HIGHEST: on GPUs a default-precision float32 contraction may run in TF32 (10-bit
+    # mantissas), which cost float32 forces ~1e-4 of relative accuracy.
+    parts.append(jnp.einsum("...j,ikj,...k->...i", y[..., (l - 1) ** 2:l * l], a, dx,
+                            precision=jax.lax.Precision.HIGHEST))
   return y, jnp.concatenate(parts, axis=-1)
 
 
