@@ -39,17 +39,23 @@ def test_matches_e3nn(irreps, normalize, normalization):
 
 
 def test_int_and_list_and_float32_and_zero_vector():
+  """e3nn-jax's reading of an int (that degree alone), of a list or range (those degrees)."""
   rng = np.random.default_rng(1)
   v = rng.normal(size=(100, 3))
-  got = eq.spherical_harmonics(6, v)
+  for l in range(8):
+    got = eq.spherical_harmonics(l, v)
+    want = e3nn.spherical_harmonics(l, e3nn.IrrepsArray("1o", v), normalize=True).array
+    assert got.shape == (100, 2 * l + 1)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-12)
+  got = eq.spherical_harmonics(range(7), v)
   want = e3nn.spherical_harmonics("0e+1o+2e+3o+4e+5o+6e", v, normalize=True).array
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-12)
   got = eq.spherical_harmonics([2, 0], v)
   want = e3nn.spherical_harmonics("2e+0e", v, normalize=True).array
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-12)
-  got32 = eq.spherical_harmonics(6, v.astype(np.float32))
+  got32 = eq.spherical_harmonics(range(7), v.astype(np.float32))
   assert got32.dtype == jnp.float32
-  np.testing.assert_allclose(np.asarray(got32), np.asarray(eq.spherical_harmonics(6, v)),
+  np.testing.assert_allclose(np.asarray(got32), np.asarray(eq.spherical_harmonics(range(7), v)),
                              atol=2e-5)
   zero = eq.spherical_harmonics("0e+1o+2e", np.zeros((1, 3)))
   np.testing.assert_allclose(np.asarray(zero),
@@ -59,8 +65,8 @@ def test_int_and_list_and_float32_and_zero_vector():
 
 def test_float32_large_vectors_and_empty_irreps():
   v = np.array([[400.0, -250.0, 300.0]])
-  y32 = np.asarray(eq.spherical_harmonics(12, v.astype(np.float32), normalize=False))
-  y64 = np.asarray(eq.spherical_harmonics(12, v, normalize=False))
+  y32 = np.asarray(eq.spherical_harmonics(range(13), v.astype(np.float32), normalize=False))
+  y64 = np.asarray(eq.spherical_harmonics(range(13), v, normalize=False))
   assert np.all(np.isfinite(y32))
   np.testing.assert_allclose(y32, y64, rtol=1e-5, atol=1e-5 * np.abs(y64).max())
   assert eq.spherical_harmonics("0x0e+0x1o", np.ones((4, 3))).shape == (4, 0)
@@ -68,7 +74,7 @@ def test_float32_large_vectors_and_empty_irreps():
 
 def test_unit_norm_per_degree_on_the_sphere():
   v = np.random.default_rng(2).normal(size=(50, 3))
-  y = np.asarray(eq.spherical_harmonics(8, v, normalization="component"))
+  y = np.asarray(eq.spherical_harmonics(range(9), v, normalization="component"))
   for l in range(9):
     np.testing.assert_allclose(np.sum(y[:, l * l:(l + 1) ** 2] ** 2, 1), 2 * l + 1, rtol=1e-12)
 
@@ -97,11 +103,11 @@ def test_gradients_match_e3nn():
   rng = np.random.default_rng(5)
   v = rng.normal(size=(30, 3))
   w = rng.normal(size=(30, 49))
-  ours = jax.grad(lambda x: jnp.sum(w * eq.spherical_harmonics(6, x)))(v)
+  ours = jax.grad(lambda x: jnp.sum(w * eq.spherical_harmonics(range(7), x)))(v)
   ref = jax.grad(lambda x: jnp.sum(w * e3nn.spherical_harmonics(
       "0e+1o+2e+3o+4e+5o+6e", x, normalize=True).array))(v)
   np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), atol=1e-11)
-  hess = jax.hessian(lambda x: jnp.sum(w[0] * eq.spherical_harmonics(6, x)))(v[0])
+  hess = jax.hessian(lambda x: jnp.sum(w[0] * eq.spherical_harmonics(range(7), x)))(v[0])
   hess_ref = jax.hessian(lambda x: jnp.sum(w[0] * e3nn.spherical_harmonics(
       "0e+1o+2e+3o+4e+5o+6e", x, normalize=True).array))(v[0])
   np.testing.assert_allclose(np.asarray(hess), np.asarray(hess_ref), atol=1e-10)
@@ -109,28 +115,28 @@ def test_gradients_match_e3nn():
 
 def test_jit_and_vmap():
   v = np.random.default_rng(6).normal(size=(3, 8, 3))
-  direct = eq.spherical_harmonics(4, v)
-  np.testing.assert_allclose(np.asarray(jax.jit(lambda x: eq.spherical_harmonics(4, x))(v)),
+  direct = eq.spherical_harmonics(range(5), v)
+  np.testing.assert_allclose(np.asarray(jax.jit(lambda x: eq.spherical_harmonics(range(5), x))(v)),
                              np.asarray(direct), rtol=1e-14, atol=1e-14)
-  mapped = jax.vmap(lambda x: eq.spherical_harmonics(4, x), in_axes=1, out_axes=1)(v)
+  mapped = jax.vmap(lambda x: eq.spherical_harmonics(range(5), x), in_axes=1, out_axes=1)(v)
   # the normalisation (jnp) may fuse differently under vmap: equal to roundoff
   np.testing.assert_allclose(np.asarray(mapped), np.asarray(direct), rtol=1e-14, atol=1e-14)
-  raw = eq.spherical_harmonics(4, v, normalize=False)  # the kernel alone: bit for bit
-  mapped = jax.vmap(lambda x: eq.spherical_harmonics(4, x, normalize=False), in_axes=1,
+  raw = eq.spherical_harmonics(range(5), v, normalize=False)  # the kernel alone: bit for bit
+  mapped = jax.vmap(lambda x: eq.spherical_harmonics(range(5), x, normalize=False), in_axes=1,
                     out_axes=1)(v)
   np.testing.assert_array_equal(np.asarray(mapped), np.asarray(raw))
   # vectors stored (3, N): the batch axis is the last one
   cols = np.moveaxis(v[0], 0, 1)  # (3, 8)
-  per_column = jax.vmap(lambda x: eq.spherical_harmonics(4, x, normalize=False), in_axes=1)(cols)
+  per_column = jax.vmap(lambda x: eq.spherical_harmonics(range(5), x, normalize=False), in_axes=1)(cols)
   np.testing.assert_array_equal(np.asarray(per_column), np.asarray(raw[0]))
 
 
 @pytest.mark.parametrize("bad, error, match", [
-    ("1x", ValueError, "lmax_or_irreps"),
+    ("1x", ValueError, "irreps_out"),
     ("2o", ValueError, "even"),
     ("1o+3e", ValueError, "parity"),
     (13, ValueError, "l up to"),
-    (-1, ValueError, "lmax"),
+    (-1, ValueError, "degrees"),
     (3.5, TypeError, "irreps"),
 ])
 def test_bad_irreps(bad, error, match):
@@ -839,3 +845,156 @@ def test_cuda_lowering():
     text = _export_cuda(lambda *a, prim=prim: prim.bind(*a, mode=3, key=key), x, sh, w, *graph)
     assert "@jaxext_conv(" in text
     assert ("stablehlo.scatter" in text) == checks, prim
+
+
+# --- e3nn-jax's types: Irreps and IrrepsArray in, IrrepsArray out (#32) ---------------------
+
+def test_irreps_objects_are_read_as_their_strings():
+  ix, iy, io = "5x0e+3x1o+2x2e", "0e+1o+2e", "5x0e+3x1o+2x2e"
+  rng = np.random.default_rng(41)
+  x = rng.normal(size=(9, e3nn.Irreps(ix).dim))
+  y = rng.normal(size=(30, e3nn.Irreps(iy).dim))
+  nw = sum(e3nn.Irreps(ix)[i].mul for i, _, _ in eq.paths(e3nn.Irreps(ix), iy, io))
+  w = rng.normal(size=(30, nw))
+  snd, rcv = rng.integers(0, 9, 30), rng.integers(0, 9, 30)
+  objs = [e3nn.Irreps(i) for i in (ix, iy, io)]
+  np.testing.assert_array_equal(
+      np.asarray(eq.tensor_product(x[snd], y, w, *objs)),
+      np.asarray(eq.tensor_product(x[snd], y, w, ix, iy, io)))
+  np.testing.assert_array_equal(np.asarray(eq.conv(x, y, w, snd, rcv, 9, *objs)),
+                                np.asarray(eq.conv(x, y, w, snd, rcv, 9, ix, iy, io)))
+  v = rng.normal(size=(6, 3))
+  np.testing.assert_array_equal(np.asarray(eq.spherical_harmonics(e3nn.Irreps("0e+1o+2e"), v)),
+                                np.asarray(eq.spherical_harmonics("0e+1o+2e", v)))
+  assert eq.paths(*objs) == eq.paths(ix, iy, io)
+
+
+@pytest.mark.parametrize("vec_irreps", ["1o", "1e"])
+def test_spherical_harmonics_of_irreps_arrays_equal_e3nn(vec_irreps):
+  """An IrrepsArray of vectors gives an IrrepsArray with e3nn-jax's irreps and numbers, for an
+  int (one degree), a list, and an Irreps; the parity of int degrees follows the vectors'."""
+  v = e3nn.IrrepsArray(vec_irreps, np.random.default_rng(42).normal(size=(11, 3)))
+  for arg in (0, 3, [1, 2], [0, 1, 2, 3, 4], "0e+1o+2e" if vec_irreps == "1o" else "0e+1e+2e"):
+    got = eq.spherical_harmonics(arg, v)
+    want = e3nn.spherical_harmonics(arg, v, normalize=True)
+    assert isinstance(got, e3nn.IrrepsArray) and got.irreps == want.irreps, (arg, got)
+    np.testing.assert_allclose(np.asarray(got.array), np.asarray(want.array), atol=1e-12)
+  with pytest.raises(ValueError, match="vectors"):
+    eq.spherical_harmonics(2, e3nn.IrrepsArray("2x1o", np.ones((3, 6))))
+
+
+def test_tensor_product_and_conv_take_and_give_irreps_arrays():
+  """IrrepsArrays in (their irreps standing in for the irreps arguments), IrrepsArrays of
+  irreps_out out, equal to the plain call and to e3nn-jax; also under jit and grad (an
+  IrrepsArray is a pytree), and segment_sum / gather keep the irreps."""
+  ix, iy, io = "4x0e+4x1o+4x2e", "0e+1o+2e+3o", "4x0e+4x1o+4x2e"
+  rng = np.random.default_rng(43)
+  n, e = 8, 36
+  x = e3nn.IrrepsArray(ix, rng.normal(size=(n, e3nn.Irreps(ix).dim)))
+  vec = rng.normal(size=(e, 3))
+  sh = eq.spherical_harmonics(e3nn.Irreps(iy), e3nn.IrrepsArray("1o", vec))
+  assert isinstance(sh, e3nn.IrrepsArray) and sh.irreps == e3nn.Irreps(iy)
+  w = rng.normal(size=(e, 4 * 13))
+  snd, rcv = rng.integers(0, n, e), rng.integers(0, n, e)
+  xs = eq.gather(x, snd)
+  assert isinstance(xs, e3nn.IrrepsArray) and xs.irreps == x.irreps
+  t = eq.tensor_product(xs, sh, w, irreps_out=io)
+  assert isinstance(t, e3nn.IrrepsArray) and t.irreps == e3nn.Irreps(io)
+  plain = eq.tensor_product(x.array[snd], sh.array, w, ix, iy, io)
+  np.testing.assert_array_equal(np.asarray(t.array), np.asarray(plain))
+  ref = e3nn_reference.tensor_product(x.array[snd], sh.array, w, ix, iy, io)
+  np.testing.assert_allclose(np.asarray(t.array), np.asarray(ref), atol=1e-12)
+  m = eq.conv(x, sh, w, snd, rcv, n, irreps_out=io)
+  assert isinstance(m, e3nn.IrrepsArray) and m.irreps == e3nn.Irreps(io)
+  seg = eq.segment_sum(t, rcv, n)
+  assert isinstance(seg, e3nn.IrrepsArray) and seg.irreps == e3nn.Irreps(io)
+  np.testing.assert_allclose(np.asarray(m.array), np.asarray(seg.array), atol=1e-12)
+  jitted = jax.jit(lambda x, sh, w: eq.conv(x, sh, w, snd, rcv, n, irreps_out=io))(x, sh, w)
+  assert isinstance(jitted, e3nn.IrrepsArray)
+  np.testing.assert_allclose(np.asarray(jitted.array), np.asarray(m.array), atol=1e-13)
+  g = jax.grad(lambda x: jnp.sum(eq.conv(x, sh, w, snd, rcv, n, irreps_out=io).array ** 2))(x)
+  g_plain = jax.grad(lambda a: jnp.sum(eq.conv(a, sh.array, w, snd, rcv, n, ix, iy, io) ** 2))(
+      x.array)
+  assert isinstance(g, e3nn.IrrepsArray)
+  np.testing.assert_allclose(np.asarray(g.array), np.asarray(g_plain), atol=1e-12)
+
+
+def test_irreps_arguments_must_agree_with_irreps_arrays():
+  x = e3nn.IrrepsArray("2x0e+2x1o", np.ones((3, 8)))
+  y = e3nn.IrrepsArray("0e+1o", np.ones((3, 4)))
+  w = np.ones((3, 8))
+  with pytest.raises(ValueError, match="irreps_x"):
+    eq.tensor_product(x, y, w, "2x0e+2x1e", None, "2x0e+2x1o")
+  with pytest.raises(TypeError, match="irreps_out is required"):
+    eq.tensor_product(x, y, w)
+  with pytest.raises(TypeError, match="irreps_x is required"):
+    eq.tensor_product(x.array, y, w, irreps_out="2x0e+2x1o")
+  with pytest.raises(ValueError, match="irreps_sh"):
+    eq.conv(x, y, w, [0, 1, 2], [0, 1, 2], 3, irreps_sh="0e+1e", irreps_out="2x0e+2x1o")
+
+
+@pytest.mark.parametrize("irrep_normalization", ["component", "norm", "none"])
+@pytest.mark.parametrize("path_normalization", ["element", "path", 0.5])
+@pytest.mark.parametrize("gradient_normalization", ["element", "path", 0.3])
+def test_normalisations_equal_e3nn(irrep_normalization, path_normalization,
+                                   gradient_normalization):
+  """e3nn-jax's three normalisation options, per call: the product, its gradients in x, y and
+  w, and the fused conv (against the segment sum of the product), equal to e3nn-jax's legacy
+  FunctionalTensorProduct with the same options."""
+  ix, iy, io = "3x0e+2x1o+2x2e", "0e+1o+2e+3o", "3x0e+2x1o+2x2e"
+  opts = dict(irrep_normalization=irrep_normalization, path_normalization=path_normalization,
+              gradient_normalization=gradient_normalization)
+  rng = np.random.default_rng(44)
+  rows = 9
+  x = rng.normal(size=(rows, e3nn.Irreps(ix).dim))
+  y = rng.normal(size=(rows, e3nn.Irreps(iy).dim))
+  w = rng.normal(size=(rows, sum(e3nn.Irreps(ix)[i].mul for i, _, _ in eq.paths(ix, iy, io))))
+  got = eq.tensor_product(x, y, w, ix, iy, io, **opts)
+  want = e3nn_reference.tensor_product(x, y, w, ix, iy, io, **opts)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-12)
+  loss = lambda f: lambda x, y, w: jnp.sum(jnp.sin(f(x, y, w)))
+  g = jax.grad(loss(lambda x, y, w: eq.tensor_product(x, y, w, ix, iy, io, **opts)),
+               argnums=(0, 1, 2))(x, y, w)
+  g_ref = jax.grad(loss(lambda x, y, w: e3nn_reference.tensor_product(x, y, w, ix, iy, io,
+                                                                      **opts)),
+                   argnums=(0, 1, 2))(x, y, w)
+  for a, b in zip(g, g_ref):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-12)
+  snd, rcv = rng.integers(0, rows, rows), rng.integers(0, 4, rows)
+  m = eq.conv(x, y, w, snd, rcv, 4, ix, iy, io, **opts)
+  ref = jax.ops.segment_sum(e3nn_reference.tensor_product(x[snd], y, w, ix, iy, io, **opts), rcv,
+                            4)
+  np.testing.assert_allclose(np.asarray(m), np.asarray(ref), atol=1e-12)
+
+
+def test_e3nn_config_is_followed_and_bad_options_named():
+  """Unset options follow e3nn_jax.config (as e3nn-jax's own products do); bad values raise
+  naming the option."""
+  ix, iy, io = "2x0e+2x1o", "0e+1o", "2x0e+2x1o"
+  rng = np.random.default_rng(45)
+  x, y, w = rng.normal(size=(5, 8)), rng.normal(size=(5, 4)), rng.normal(size=(5, 8))
+  v = rng.normal(size=(5, 3))
+  default = np.asarray(eq.tensor_product(x, y, w, ix, iy, io))
+  saved = {k: e3nn.config(k) for k in ("irrep_normalization", "gradient_normalization",
+                                       "spherical_harmonics_normalization")}
+  try:
+    e3nn.config("irrep_normalization", "norm")
+    e3nn.config("gradient_normalization", "element")
+    e3nn.config("spherical_harmonics_normalization", "norm")
+    got = np.asarray(eq.tensor_product(x, y, w, ix, iy, io))
+    np.testing.assert_allclose(got, np.asarray(e3nn_reference.tensor_product(x, y, w, ix, iy, io)),
+                               atol=1e-12)
+    assert np.abs(got - default).max() > 0.1
+    np.testing.assert_allclose(np.asarray(eq.spherical_harmonics("0e+1o+2e", v)),
+                               np.asarray(e3nn.spherical_harmonics("0e+1o+2e", v, True).array),
+                               atol=1e-12)
+  finally:
+    for k, val in saved.items():
+      e3nn.config(k, val)
+  np.testing.assert_array_equal(np.asarray(eq.tensor_product(x, y, w, ix, iy, io)), default)
+  for name, bad in (("irrep_normalization", "unit"), ("path_normalization", 2.0),
+                    ("gradient_normalization", "edge")):
+    with pytest.raises(ValueError, match=name):
+      eq.tensor_product(x, y, w, ix, iy, io, **{name: bad})
+    with pytest.raises(ValueError, match=name):
+      eq.conv(x, y, w, [0] * 5, [0] * 5, 1, ix, iy, io, **{name: bad})

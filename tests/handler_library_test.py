@@ -61,11 +61,11 @@ def equivariant():
   w = rng.normal(size=(40, 16))             # 4 paths x 4 channels
   snd, rcv = rng.integers(0, 10, 40), rng.integers(0, 10, 40)
   ir = dict(irreps_x="4x0e+4x1o", irreps_sh="0e+1o", irreps_out="4x0e+4x1o")
-  sh = eq.spherical_harmonics(1, vec)
+  sh = eq.spherical_harmonics("0e+1o", vec)
   tp = eq.tensor_product(x[snd], sh, w, "4x0e+4x1o", "0e+1o", "4x0e+4x1o")
   out = eq.conv(x, sh, w, snd, rcv, 10, **ir)
   seg = eq.segment_sum(tp, rcv, 10)
-  g = jax.grad(lambda v: jnp.sum(eq.conv(x, eq.spherical_harmonics(1, v), w, snd, rcv, 10,
+  g = jax.grad(lambda v: jnp.sum(eq.conv(x, eq.spherical_harmonics("0e+1o", v), w, snd, rcv, 10,
                                          **ir) ** 2))(vec)
   return sh, tp, out, seg, g
 

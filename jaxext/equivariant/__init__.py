@@ -7,8 +7,15 @@
     m = jaxext.equivariant.conv(x, Y, w, senders, receivers, n, "64x0e+64x1o", "0e+1o+2e+3o",
                                 "64x0e+64x1o")                                 # fused, no E x dim
 
-Results agree with e3nn-jax 0.21.0 number for number (tests/equivariant_test.py). CPU kernels;
-derivatives of every order.
+Results agree with e3nn-jax 0.21.0 number for number (tests/equivariant_test.py). CPU and CUDA
+kernels; derivatives of every order.
+
+e3nn-jax's types are taken as they are (duck-typed: e3nn_jax is never imported here): an
+`Irreps` wherever an irreps string goes, `IrrepsArray`s for the arrays (their irreps stand in for
+the irreps arguments), an `IrrepsArray` back when one came in. `spherical_harmonics` reads an int
+as e3nn-jax does (that degree alone). The products take e3nn-jax's `irrep_normalization`,
+`path_normalization` and `gradient_normalization`; unset options (and the harmonics'
+normalization) follow `e3nn_jax.config` when e3nn_jax is imported.
 """
 
 from jaxext.equivariant.conv import conv, conv_p

@@ -8,7 +8,9 @@ _TERM = re.compile(r"^\s*(?:(\d+)\s*x\s*)?(\d+)\s*([eoy])\s*$")
 
 
 def parse(irreps, what: str = "irreps") -> tuple[tuple[int, int, int], ...]:
-  """(multiplicity, l, parity) per term; parity 1 (e), -1 (o); "y" means (-1)^l (as e3nn)."""
+  """(multiplicity, l, parity) per term; parity 1 (e), -1 (o); "y" means (-1)^l (as e3nn).
+
+  `irreps`: a string, (mul, l, parity) triples, or an e3nn_jax.Irreps (duck-typed: no import)."""
   if isinstance(irreps, str):
     text = irreps.strip()
     if not text:
@@ -24,13 +26,27 @@ def parse(irreps, what: str = "irreps") -> tuple[tuple[int, int, int], ...]:
       p = {"e": 1, "o": -1, "y": (-1) ** l}[m.group(3)]
       terms.append((mul, l, p))
     return tuple(terms)
+  if _is_e3nn_irreps(irreps):  # e3nn_jax.Irreps (duck-typed): (mul, ir) items, ir.l and ir.p
+    return tuple((int(t.mul), int(t.ir.l), int(t.ir.p)) for t in irreps)
   if isinstance(irreps, (tuple, list)) and all(
       isinstance(t, (tuple, list)) and len(t) == 3 for t in irreps):
     terms = tuple((int(a), int(b), int(c)) for a, b, c in irreps)
     if any(mul < 0 or l < 0 or p not in (-1, 1) for mul, l, p in terms):
       raise ValueError(f"{what}: (multiplicity >= 0, l >= 0, parity +-1) per term; got {irreps!r}")
     return terms
-  raise TypeError(f"{what} must be an irreps string such as '64x0e+64x1o'; got {irreps!r}")
+  raise TypeError(f"{what} must be an irreps string such as '64x0e+64x1o' or an e3nn_jax.Irreps; "
+                  f"got {irreps!r}")
+
+
+def _is_e3nn_irreps(obj) -> bool:
+  if isinstance(obj, (str, bytes)) or not hasattr(obj, "__iter__"):
+    return False
+  try:
+    items = list(obj)
+  except TypeError:
+    return False
+  return all(hasattr(t, "mul") and hasattr(t, "ir") and hasattr(t.ir, "l") and hasattr(t.ir, "p")
+             for t in items) and (len(items) > 0 or type(obj).__name__ == "Irreps")
 
 
 def dim(terms) -> int:

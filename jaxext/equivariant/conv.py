@@ -22,44 +22,60 @@ from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext._validation import float_operand, int32_indices, integer_operand
-from jaxext.equivariant import _irreps
+from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_reachable,
-                                               checked_spec, ffi_attrs, register_trilinear_rules)
+                                               checked_spec, ffi_attrs, register_trilinear_rules,
+                                               weight_scale)
 
 __all__ = ["conv", "conv_p"]
 
 conv_p = Primitive("jaxext_conv")
 # conv()'s own primitive: the same op, bound only on graphs conv() built itself (consistent by
 # construction: two stable sorts and their ranges), so that its CUDA lowering skips the graph
-# check the public conv_p needs (a few O(E) kernels per mode and call). Not exported: bound directly, a CUDA kernel would read the graph as given.
+# check the public conv_p needs (a few O(E) kernels per mode and call). Not exported: bound
+# directly, a CUDA kernel would read the graph as given.
 # Out-of-range node ids still give NaN (the ranges then do not cover the edges: the kernel's
 # own check).
 _conv_built_p = Primitive("jaxext_conv_built")
 _NODE_SLOTS = (X, OUT)
 
 
-def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x, irreps_sh,
-         irreps_out):
+def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x=None,
+         irreps_sh=None, irreps_out=None, *, irrep_normalization: str | None = None,
+         path_normalization: str | float | None = None,
+         gradient_normalization: str | float | None = None):
   """Messages TP(x[senders], edge_sh, edge_weights) summed at `receivers`, fused.
 
   Args:
     x: (num_senders, dim(irreps_x)) node features.
     edge_sh: (E, dim(irreps_sh)) per-edge harmonics (multiplicities 1), edge_weights: (E, number
-      of weights of the product) per-edge path-and-channel weights (see tensor_product).
+      of weights of the product) per-edge path-and-channel weights (see tensor_product). x and
+      edge_sh may be e3nn_jax.IrrepsArrays: their irreps stand in for irreps_x / irreps_sh (and
+      must equal them where those are given too).
     senders, receivers: (E,) integer node indices (any integer dtype), in any order (sorted
       inside, stably); an index outside [0, num_senders) or [0, num_nodes) raises when the
       computation runs (on CUDA, where a kernel cannot raise, the whole result is NaN).
     num_nodes: static number of output nodes.
+    irreps_x, irreps_sh, irreps_out: irreps strings or e3nn_jax.Irreps; irreps_out is required.
+    irrep_normalization, path_normalization, gradient_normalization: as tensor_product's.
 
   Returns:
     (num_nodes, dim(irreps_out)), equal to
-    segment_sum(tensor_product(x[senders], edge_sh, edge_weights, ...), receivers, num_nodes).
+    segment_sum(tensor_product(x[senders], edge_sh, edge_weights, ...), receivers, num_nodes);
+    an IrrepsArray of irreps_out (in the inputs' class) when x or edge_sh is one.
   """
-  tx = _irreps.parse(irreps_x, "irreps_x")
-  ty = _irreps.parse(irreps_sh, "irreps_sh")
+  like = _e3nn.first_irreps_array(x, edge_sh)
+  x, tx = _e3nn.unwrap(x, "x", irreps_x, "irreps_x")
+  edge_sh, ty = _e3nn.unwrap(edge_sh, "edge_sh", irreps_sh, "irreps_sh")
+  edge_weights, _ = _e3nn.unwrap(edge_weights, "edge_weights")
+  for terms, name in ((tx, "irreps_x"), (ty, "irreps_sh"), (irreps_out, "irreps_out")):
+    if terms is None:
+      raise TypeError(f"{name} is required" + ("" if name == "irreps_out" else
+                      f" (or pass {'x' if name == 'irreps_x' else 'edge_sh'} as an "
+                      "e3nn_jax.IrrepsArray)"))
   to = _irreps.parse(irreps_out, "irreps_out")
   if any(m != 1 for m, _, _ in ty):
-    raise ValueError(f"irreps_sh: every multiplicity must be 1; got {irreps_sh!r}")
+    raise ValueError(f"irreps_sh: every multiplicity must be 1; got {_irreps.to_string(ty)!r}")
   check_reachable(tx, ty, to, "irreps_out")
   spec = _spec(tx, ty, to)
   x = float_operand(x, "x")
@@ -83,10 +99,15 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x,
   if num_nodes < 0:
     raise ValueError(f"num_nodes must be >= 0; got {num_nodes}")
   dtype = jnp.result_type(x, y, w)
+  scale = weight_scale(tx, ty, to, irrep_normalization, path_normalization,
+                       gradient_normalization)
+  if scale is not None:
+    w = w * jnp.asarray(scale, dtype)
   snd, rcv = int32_indices(snd, x.shape[0]), int32_indices(rcv, num_nodes)
   graph = _graph(snd, rcv, x.shape[0], num_nodes)
-  return _conv_built_p.bind(x.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
-                     key=(tx, ty, to))
+  out = _conv_built_p.bind(x.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
+                           key=(tx, ty, to))
+  return _e3nn.wrap(like, to, out)
 
 
 def _graph(snd, rcv, num_senders, num_nodes):

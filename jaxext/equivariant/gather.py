@@ -22,6 +22,7 @@ from jax.extend.core import Primitive
 from jaxext import _eager
 from jaxext import _jax_compat as compat
 from jaxext._validation import int32_indices, integer_operand, kernel_float, rows_operand
+from jaxext.equivariant import _e3nn
 
 __all__ = ["gather", "gather_p"]
 
@@ -32,17 +33,20 @@ def gather(x, indices):
   """x[indices] along the first axis, with a deterministic transpose (see the module docstring).
 
   Args:
-    x: (N, ...) float32 or float64 rows.
+    x: (N, ...) float32 or float64 rows, or an e3nn_jax.IrrepsArray (the result is then one of
+      the same irreps).
     indices: integer array of any shape (any integer dtype), each in [0, N).
 
   Returns:
     indices.shape + x.shape[1:]. An index outside [0, N) gives a row of NaN (no wrap-around of
     negative indices) and no gradient.
   """
+  like = _e3nn.first_irreps_array(x)
+  x, terms = _e3nn.unwrap(x, "x")
   x = rows_operand(x, "x")
   idx = integer_operand(indices, "indices")
   flat = gather_p.bind(x, int32_indices(idx.reshape(-1), x.shape[0]))
-  return flat.reshape(idx.shape + x.shape[1:])
+  return _e3nn.wrap(like, terms, flat.reshape(idx.shape + x.shape[1:]))
 
 
 def _gather(x, idx):

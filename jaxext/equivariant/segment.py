@@ -21,6 +21,7 @@ from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext._validation import int32_indices, integer_operand, kernel_float, rows_operand
+from jaxext.equivariant import _e3nn
 
 __all__ = ["segment_sum", "segment_sum_p"]
 
@@ -37,10 +38,13 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
   makes every sum NaN on CUDA, where a kernel cannot raise).
 
   Args:
-    data: (E, ...) float32 or float64.
+    data: (E, ...) float32 or float64, or an e3nn_jax.IrrepsArray (the result is then one of the
+      same irreps).
     segment_ids: (E,) integers (any integer dtype).
     num_segments: static int >= 0.
   """
+  like = _e3nn.first_irreps_array(data)
+  data, terms = _e3nn.unwrap(data, "data")
   data = rows_operand(data, "data")
   ids = integer_operand(segment_ids, "segment_ids")
   if ids.shape != data.shape[:1]:
@@ -53,8 +57,8 @@ def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool =
   if num_segments < 0:
     raise ValueError(f"num_segments must be >= 0; got {num_segments}")
   ids = int32_indices(ids, num_segments)
-  return segment_sum_p.bind(data, ids, num_segments=num_segments,
-                            sorted=bool(indices_are_sorted))
+  return _e3nn.wrap(like, terms, segment_sum_p.bind(data, ids, num_segments=num_segments,
+                                                    sorted=bool(indices_are_sorted)))
 
 
 def _abstract_eval(data, ids, *, num_segments, sorted):

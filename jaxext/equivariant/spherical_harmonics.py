@@ -21,7 +21,7 @@ from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
 from jaxext._validation import float_operand, static_int
-from jaxext.equivariant import _irreps, _tables
+from jaxext.equivariant import _e3nn, _irreps, _tables
 
 __all__ = ["spherical_harmonics", "sph_p"]
 
@@ -30,25 +30,39 @@ MAX_L = 12  # jaxext/kernels/sph.h kMaxL
 sph_p = Primitive("jaxext_sph")
 
 
-def spherical_harmonics(lmax_or_irreps, vectors, normalize: bool = True,
-                        normalization: str = "component"):
-  """Real spherical harmonics of `vectors`, as `e3nn_jax.spherical_harmonics(...).array`.
+def spherical_harmonics(irreps_out, vectors, normalize: bool = True,
+                        normalization: str | None = None):
+  """Real spherical harmonics of `vectors`, as `e3nn_jax.spherical_harmonics(...)`.
 
   Args:
-    lmax_or_irreps: an int lmax (all l = 0..lmax, parities (-1)^l; note: e3nn-jax reads an int as
-      the single degree l), a sequence of ints (those degrees), or an
-      irreps string such as "0e+1o+2e+3o" (multiplicities repeat a block; even l must be "e" and
-      the odd l share one parity, as e3nn requires).
-    vectors: (..., 3) float32 or float64.
+    irreps_out: as e3nn-jax reads it: an int l (that degree alone: 2 gives the 5 components of
+      l = 2), a sequence of ints (those degrees, e.g. `range(lmax + 1)` for every l <= lmax), an
+      irreps string such as "0e+1o+2e+3o" or an e3nn_jax.Irreps (multiplicities repeat a block;
+      even l must be "e" and the odd l share one parity, as e3nn requires). Degrees given as ints
+      take the parity of the vectors: (-1)^l for plain arrays and "1o" IrrepsArrays, even for
+      "1e" ones.
+    vectors: (..., 3) float32 or float64, or an e3nn_jax.IrrepsArray of irreps "1o" or "1e".
     normalize: restrict to the unit sphere (vectors divided by their norm; zero vectors give
       zero harmonics for l >= 1, as in e3nn).
     normalization: "component" (sum_m (Y^l_m)^2 = 2l+1 on the sphere; e3nn's default),
-      "norm" (= 1) or "integral" (unit integral over the sphere).
+      "norm" (= 1) or "integral" (unit integral over the sphere); unset, e3nn_jax.config's
+      "spherical_harmonics_normalization" when e3nn_jax is imported, else "component".
 
   Returns:
-    (..., dim) in the order of the irreps, each block m = -l..l.
+    (..., dim) in the order of the irreps, each block m = -l..l; an IrrepsArray of those irreps
+    (in the vectors' class) when `vectors` is one.
   """
-  terms = _terms(lmax_or_irreps)
+  like = _e3nn.first_irreps_array(vectors)
+  parity = -1
+  if like is not None:
+    vectors, own = _e3nn.unwrap(vectors, "vectors")
+    if own not in (((1, 1, -1),), ((1, 1, 1),)):
+      raise ValueError(f"vectors: an IrrepsArray of irreps '1o' or '1e' (one vector); got "
+                       f"{_irreps.to_string(own)!r}")
+    parity = own[0][2]
+  terms = _terms(irreps_out, parity)
+  if normalization is None:
+    normalization = _e3nn.config("spherical_harmonics_normalization", "component")
   if normalization not in ("component", "norm", "integral"):
     raise ValueError(f"normalization must be 'component', 'norm' or 'integral'; got "
                      f"{normalization!r}")
@@ -56,7 +70,7 @@ def spherical_harmonics(lmax_or_irreps, vectors, normalize: bool = True,
   if x.ndim < 1 or x.shape[-1] != 3:
     raise ValueError(f"vectors must have shape (..., 3); got {x.shape}")
   if _irreps.dim(terms) == 0:
-    return jnp.zeros(x.shape[:-1] + (0,), x.dtype)
+    return _e3nn.wrap(like, terms, jnp.zeros(x.shape[:-1] + (0,), x.dtype))
   if normalize:
     r2 = jnp.sum(x * x, axis=-1, keepdims=True)
     x = x / jnp.sqrt(jnp.where(r2 == 0, 1, r2))
@@ -70,29 +84,31 @@ def spherical_harmonics(lmax_or_irreps, vectors, normalize: bool = True,
     elif normalization == "integral":
       block = block / np.sqrt(4 * np.pi)
     blocks.extend([block] * mul)
-  return jnp.concatenate(blocks, axis=-1)
+  return _e3nn.wrap(like, terms, jnp.concatenate(blocks, axis=-1))
 
 
-def _terms(lmax_or_irreps):
-  if isinstance(lmax_or_irreps, (int, np.integer)) and not isinstance(lmax_or_irreps, bool):
-    ls = list(range(int(lmax_or_irreps) + 1))
-    if int(lmax_or_irreps) < 0:
-      raise ValueError(f"lmax_or_irreps: lmax must be >= 0; got {lmax_or_irreps}")
-    terms = tuple((1, l, (-1) ** l) for l in ls)
-  elif isinstance(lmax_or_irreps, (list, tuple)) and all(
-      isinstance(l, (int, np.integer)) for l in lmax_or_irreps):
-    if any(l < 0 for l in lmax_or_irreps):
-      raise ValueError(f"lmax_or_irreps: degrees must be >= 0; got {lmax_or_irreps}")
-    terms = tuple((1, int(l), (-1) ** int(l)) for l in lmax_or_irreps)
+def _terms(irreps_out, parity=-1):
+  """(1, l, parity**l) per degree given as ints; irreps (strings, e3nn Irreps) as written."""
+  degrees = None
+  if isinstance(irreps_out, (int, np.integer)) and not isinstance(irreps_out, bool):
+    degrees = [int(irreps_out)]
+  elif isinstance(irreps_out, range) or (
+      isinstance(irreps_out, (list, tuple)) and all(
+          isinstance(l, (int, np.integer)) and not isinstance(l, bool) for l in irreps_out)):
+    degrees = [int(l) for l in irreps_out]
+  if degrees is not None:
+    if any(l < 0 for l in degrees):
+      raise ValueError(f"irreps_out: degrees must be >= 0; got {irreps_out!r}")
+    terms = tuple((1, l, parity ** l) for l in degrees)
   else:
-    terms = _irreps.parse(lmax_or_irreps, "lmax_or_irreps")
+    terms = _irreps.parse(irreps_out, "irreps_out")
     if any(l % 2 == 0 and p != 1 for _, l, p in terms):
-      raise ValueError(f"lmax_or_irreps: spherical harmonics of even l are even ('e'); got "
-                       f"{lmax_or_irreps!r}")
+      raise ValueError(f"irreps_out: spherical harmonics of even l are even ('e'); got "
+                       f"{irreps_out!r}")
     if len({p for _, l, p in terms if l % 2 == 1}) > 1:
-      raise ValueError(f"lmax_or_irreps: the odd l must share one parity; got {lmax_or_irreps!r}")
+      raise ValueError(f"irreps_out: the odd l must share one parity; got {irreps_out!r}")
   if any(l > MAX_L for _, l, _ in terms):
-    raise ValueError(f"lmax_or_irreps: l up to {MAX_L}; got {lmax_or_irreps!r}")
+    raise ValueError(f"irreps_out: l up to {MAX_L}; got {irreps_out!r}")
   return terms
 
 

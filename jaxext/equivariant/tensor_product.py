@@ -35,7 +35,7 @@ from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
 from jaxext._validation import float_operand, static_int
-from jaxext.equivariant import _cg, _irreps
+from jaxext.equivariant import _cg, _e3nn, _irreps
 
 __all__ = ["tensor_product", "tp_p", "paths"]
 
@@ -109,6 +109,58 @@ def check_reachable(tx, ty, to, what: str) -> None:
                        "multiplicity")
 
 
+def _exponent(value, name):
+  """e3nn-jax's reading of a path or gradient normalisation: "element" 0, "path" 1, or a float."""
+  if isinstance(value, str):
+    if value not in ("element", "path"):
+      raise ValueError(f"{name} must be 'element', 'path' or a float in [0, 1]; got {value!r}")
+    return {"element": 0.0, "path": 1.0}[value]
+  if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
+      not 0.0 <= float(value) <= 1.0:
+    raise ValueError(f"{name} must be 'element', 'path' or a float in [0, 1]; got {value!r}")
+  return float(value)
+
+
+def weight_scale(tx, ty, to, irrep_normalization=None, path_normalization=None,
+                 gradient_normalization=None):
+  """Per weight, the factor that turns the kernels' normalisation (e3nn-jax's defaults:
+  component, element, path) into the one asked for, as e3nn-jax's legacy FunctionalTensorProduct
+  computes it; None when it is 1 everywhere. Unset options follow e3nn_jax.config when e3nn_jax
+  is imported, else e3nn-jax's defaults.
+
+  With y of multiplicity 1 and unit variances every path's variance is 1, so the path
+  normalisation (which weighs paths by their variance) leaves each of the P paths into an output
+  irrep its 1/P; the irrep normalisation sets alpha = 2l3+1 ("component"), (2l1+1)(2l2+1)
+  ("norm") or 1 ("none"), divided by P; the gradient normalisation g puts sqrt(alpha)^g in the
+  product and leaves sqrt(alpha)^(1-g) to the weights' initial scale (the caller's)."""
+  irrep = irrep_normalization if irrep_normalization is not None else _e3nn.config(
+      "irrep_normalization", "component")
+  if irrep not in ("component", "norm", "none"):
+    raise ValueError(f"irrep_normalization must be 'component', 'norm' or 'none'; got {irrep!r}")
+  _exponent(path_normalization if path_normalization is not None else _e3nn.config(
+      "path_normalization", "element"), "path_normalization")
+  g = _exponent(gradient_normalization if gradient_normalization is not None else _e3nn.config(
+      "gradient_normalization", "path"), "gradient_normalization")
+  ps = _path_triples(tx, ty, to)
+  count = {}
+  for _, _, io in ps:
+    count[io] = count.get(io, 0) + 1
+  scale = []
+  for i1, i2, io in ps:
+    (m1, l1, _), (_, l2, _), (_, l3, _) = tx[i1], ty[i2], to[io]
+    alpha = {"component": 2 * l3 + 1, "norm": (2 * l1 + 1) * (2 * l2 + 1), "none": 1}[irrep]
+    alpha /= count[io]
+    scale.extend([math.sqrt(alpha) ** g / math.sqrt((2 * l3 + 1) / count[io])] * m1)
+  scale = np.asarray(scale, np.float64)
+  return None if np.all(scale == 1.0) else scale
+
+
+def _path_triples(tx, ty, to):
+  return [(i1, i2, io) for i1, (m1, l1, p1) in enumerate(tx) for i2, (_, l2, p2) in enumerate(ty)
+          for io, (mo, l3, p3) in enumerate(to)
+          if m1 == mo and p1 * p2 == p3 and abs(l1 - l2) <= l3 <= l1 + l2]
+
+
 def paths(irreps_x, irreps_y, irreps_out) -> list[tuple[int, int, int]]:
   """The (x term, y term, output term) index triples of the product's paths, in weight order."""
   tx, ty, to = (_irreps.parse(i, n) for i, n in ((irreps_x, "irreps_x"), (irreps_y, "irreps_y"),
@@ -122,24 +174,40 @@ def paths(irreps_x, irreps_y, irreps_out) -> list[tuple[int, int, int]]:
   return out
 
 
-def tensor_product(x, y, weights, irreps_x, irreps_y, irreps_out):
+def tensor_product(x, y, weights, irreps_x=None, irreps_y=None, irreps_out=None, *,
+                   irrep_normalization: str | None = None,
+                   path_normalization: str | float | None = None,
+                   gradient_normalization: str | float | None = None):
   """The channelwise tensor product (see the module docstring), per row.
 
   Args:
     x: (..., dim(irreps_x)); y: (..., dim(irreps_y)), every y multiplicity 1 (e.g. spherical
       harmonics); weights: (..., number of weights) = sum over paths of the x multiplicity.
-      Leading axes broadcast together.
-    irreps_x, irreps_y, irreps_out: irreps strings ("64x0e+64x1o+64x2e").
+      Leading axes broadcast together. x and y may be e3nn_jax.IrrepsArrays: their irreps then
+      stand in for irreps_x / irreps_y (and must equal them where those are given too).
+    irreps_x, irreps_y, irreps_out: irreps strings ("64x0e+64x1o+64x2e") or e3nn_jax.Irreps;
+      irreps_out is required.
+    irrep_normalization ("component", "norm", "none"), path_normalization ("element", "path" or
+      a float), gradient_normalization ("element", "path" or a float in [0, 1]): e3nn-jax's
+      options of the same names, with the same results; unset, e3nn_jax.config's (when e3nn_jax
+      is imported) or e3nn-jax's defaults (component, element, path).
 
   Returns:
-    (..., dim(irreps_out)); output irreps without a path are zero.
+    (..., dim(irreps_out)); output irreps without a path are zero. An IrrepsArray of irreps_out
+    (in the inputs' class) when x or y is one.
   """
-  tx = _irreps.parse(irreps_x, "irreps_x")
-  ty = _irreps.parse(irreps_y, "irreps_y")
+  like = _e3nn.first_irreps_array(x, y)
+  x, tx = _e3nn.unwrap(x, "x", irreps_x, "irreps_x")
+  y, ty = _e3nn.unwrap(y, "y", irreps_y, "irreps_y")
+  weights, _ = _e3nn.unwrap(weights, "weights")
+  for terms, name in ((tx, "irreps_x"), (ty, "irreps_y"), (irreps_out, "irreps_out")):
+    if terms is None:
+      raise TypeError(f"{name} is required" + ("" if name == "irreps_out" else
+                      f" (or pass {name[7:]} as an e3nn_jax.IrrepsArray)"))
   to = _irreps.parse(irreps_out, "irreps_out")
   if any(m != 1 for m, _, _ in ty):
     raise ValueError(f"irreps_y: every multiplicity must be 1 (one weight per path and channel); "
-                     f"got {irreps_y!r}")
+                     f"got {_irreps.to_string(ty)!r}")
   check_reachable(tx, ty, to, "irreps_out")
   spec = _spec(tx, ty, to)
   x = float_operand(x, "x")
@@ -156,11 +224,15 @@ def tensor_product(x, y, weights, irreps_x, irreps_y, irreps_out):
   except ValueError as err:
     raise ValueError(f"x, y and weights have leading shapes {x.shape[:-1]}, {y.shape[:-1]}, "
                      f"{weights.shape[:-1]} that do not broadcast") from err
+  scale = weight_scale(tx, ty, to, irrep_normalization, path_normalization,
+                       gradient_normalization)
+  if scale is not None:
+    weights = weights * jnp.asarray(scale, dtype)
   rows = int(np.prod(lead, dtype=np.int64))
   flat = lambda a: jnp.broadcast_to(a.astype(dtype), lead + a.shape[-1:]).reshape(
       rows, a.shape[-1])
   out = tp_p.bind(flat(x), flat(y), flat(weights), mode=OUT, key=(tx, ty, to))
-  return out.reshape(lead + (spec.dims[OUT],))
+  return _e3nn.wrap(like, to, out.reshape(lead + (spec.dims[OUT],)))
 
 
 def _inputs(mode):

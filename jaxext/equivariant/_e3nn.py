@@ -1,0 +1,54 @@
+"""e3nn-jax's array type, duck-typed (e3nn_jax is never imported here).
+
+An `IrrepsArray` (anything with `.irreps` and `.array`) given to an op of jaxext.equivariant is
+read as its array, its irreps standing in for (or checked against) the op's irreps argument; the
+result is an IrrepsArray of the same class when an input was one. `Irreps` objects are read by
+`_irreps.parse`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from jaxext.equivariant import _irreps
+
+
+def is_irreps_array(x) -> bool:
+  return hasattr(x, "irreps") and hasattr(x, "array") and not isinstance(x, type)
+
+
+def unwrap(x, what: str, irreps=None, irreps_what: str | None = None):
+  """(array, irreps terms or None): an IrrepsArray's array and irreps; `irreps` (the op's own
+  argument, may be None) must agree with the array's irreps when both are given."""
+  if not is_irreps_array(x):
+    terms = None if irreps is None else _irreps.parse(irreps, irreps_what or "irreps")
+    return x, terms
+  own = _irreps.parse(x.irreps, f"{what}.irreps")
+  if irreps is not None:
+    given = _irreps.parse(irreps, irreps_what or "irreps")
+    if given != own:
+      raise ValueError(f"{irreps_what or 'irreps'} is {_irreps.to_string(given)!r} but {what} is "
+                       f"an IrrepsArray of {_irreps.to_string(own)!r}")
+  return x.array, own
+
+
+def wrap(like, terms, array):
+  """`array` as an IrrepsArray of `terms` in the class of the IrrepsArray `like`, or as is."""
+  if like is None:
+    return array
+  return type(like)(type(like.irreps)(_irreps.to_string(terms)), array)
+
+
+def first_irreps_array(*xs):
+  return next((x for x in xs if is_irreps_array(x)), None)
+
+
+def config(name: str, default):
+  """e3nn-jax's global `config(name)` when e3nn_jax has been imported (never imported here)."""
+  module = sys.modules.get("e3nn_jax")
+  if module is None or not hasattr(module, "config"):
+    return default
+  try:
+    return module.config(name)
+  except Exception:  # noqa: BLE001 - an older e3nn-jax without that option
+    return default
