@@ -4,6 +4,8 @@ Lennard-Jones reference forces are its energy's gradient, and the forces and tra
 contain no scatter-add. (The fused convolution itself is checked
 against e3nn-jax's unfused pieces in tests/equivariant_test.py.)"""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,12 +54,25 @@ def test_main_runs():
   assert ex.main(["--steps", "10", "--clusters", "8"]) == 0
 
 
+def _scatter_types(hlo):
+  """The element types of every scatter's combiner in a StableHLO module's text."""
+  return re.findall(r'"stablehlo\.scatter"\(.*?\^bb0\(%\w+: tensor<(\w+)>', hlo, flags=re.S)
+
+
 def test_forces_and_training_gradients_have_no_scatter_add():
   """The model gathers with eq.gather: neither the forces nor the training gradient (forces
-  differentiated again) contain XLA's scatter-add, whose order varies on GPUs."""
+  differentiated again) contain a floating-point scatter-add, whose order varies on GPUs.
+  (conv's graph counts each node's edges by an integer scatter-add: exact in any order.)"""
   params = ex.init_params(2)
   pos, e_ref, f_ref = ex.make_data(2, 2)
   forces = jax.jit(ex.forces).lower(params, pos[0]).as_text()
   grads = jax.jit(jax.grad(ex.loss)).lower(params, pos, e_ref, f_ref).as_text()
   for hlo in (forces, grads):
-    assert "scatter" not in hlo and "jaxext_segment_sum" in hlo
+    types = _scatter_types(hlo)
+    assert hlo.count('"stablehlo.scatter"(') == len(types), "a scatter whose type was not read"
+    assert all(t.startswith(("i", "ui")) for t in types), types
+    assert "jaxext_segment_sum" in hlo
+  # The check sees a floating-point scatter-add where there is one.
+  x_scatter = jax.jit(lambda x, i: jnp.zeros(4).at[i].add(x)).lower(
+      jnp.ones(3), jnp.array([0, 1, 1])).as_text()
+  assert _scatter_types(x_scatter) == ["f64"]  # x64 is on here

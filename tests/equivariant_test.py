@@ -867,6 +867,12 @@ def test_irreps_objects_are_read_as_their_strings():
   np.testing.assert_array_equal(np.asarray(eq.spherical_harmonics(e3nn.Irreps("0e+1o+2e"), v)),
                                 np.asarray(eq.spherical_harmonics("0e+1o+2e", v)))
   assert eq.paths(*objs) == eq.paths(ix, iy, io)
+  # An iterator of (mul, ir) items is read once, not taken for empty irreps.
+  t = eq.tensor_product(x[snd], y, w, iter(e3nn.Irreps(ix)), iy, (m for m in e3nn.Irreps(io)))
+  np.testing.assert_array_equal(np.asarray(t), np.asarray(eq.tensor_product(x[snd], y, w, ix, iy,
+                                                                            io)))
+  with pytest.raises(TypeError, match="irreps_out"):
+    eq.tensor_product(x[snd], y, w, ix, iy, np.ones(3))
 
 
 @pytest.mark.parametrize("vec_irreps", ["1o", "1e"])
@@ -881,6 +887,11 @@ def test_spherical_harmonics_of_irreps_arrays_equal_e3nn(vec_irreps):
     np.testing.assert_allclose(np.asarray(got.array), np.asarray(want.array), atol=1e-12)
   with pytest.raises(ValueError, match="vectors"):
     eq.spherical_harmonics(2, e3nn.IrrepsArray("2x1o", np.ones((3, 6))))
+  other = "0e+1e" if vec_irreps == "1o" else "0e+1o"  # odd l of the other parity: e3nn refuses
+  with pytest.raises(ValueError):
+    e3nn.spherical_harmonics(other, v, normalize=True)
+  with pytest.raises(ValueError, match="parity"):
+    eq.spherical_harmonics(other, v)
 
 
 def test_tensor_product_and_conv_take_and_give_irreps_arrays():
@@ -934,7 +945,7 @@ def test_irreps_arguments_must_agree_with_irreps_arrays():
 
 
 @pytest.mark.parametrize("irrep_normalization", ["component", "norm", "none"])
-@pytest.mark.parametrize("path_normalization", ["element", "path", 0.5])
+@pytest.mark.parametrize("path_normalization", ["element", "path"])  # no effect at y mult. 1
 @pytest.mark.parametrize("gradient_normalization", ["element", "path", 0.3])
 def test_normalisations_equal_e3nn(irrep_normalization, path_normalization,
                                    gradient_normalization):
@@ -992,7 +1003,7 @@ def test_e3nn_config_is_followed_and_bad_options_named():
     for k, val in saved.items():
       e3nn.config(k, val)
   np.testing.assert_array_equal(np.asarray(eq.tensor_product(x, y, w, ix, iy, io)), default)
-  for name, bad in (("irrep_normalization", "unit"), ("path_normalization", 2.0),
+  for name, bad in (("irrep_normalization", "unit"), ("path_normalization", float("nan")),
                     ("gradient_normalization", "edge")):
     with pytest.raises(ValueError, match=name):
       eq.tensor_product(x, y, w, ix, iy, io, **{name: bad})

@@ -17,6 +17,7 @@ namespace {
 
 struct Product {
   std::vector<jaxext::tp::Path> paths;
+  std::vector<bool> shared_y, shared_out;  // the next path reuses this one's block
   std::vector<int64_t> ci, cj, ck;
   std::vector<double> cv;
 };
@@ -29,20 +30,26 @@ Product Random(std::mt19937_64& rng, int n_paths, bool allow_large) {
   int64_t x = 0, y = 0, w = 0, out = 0;
   for (int n = 0; n < n_paths; ++n) {
     jaxext::tp::Path q{};
-    q.mul = 1 + pick(70);
+    const bool reuse_y = n > 0 && p.shared_y.back(), reuse_out = n > 0 && p.shared_out.back();
+    q.mul = reuse_out ? p.paths.back().mul : 1 + pick(70);
     q.dx = sizes[pick(allow_large ? 5 : 4)];
-    q.dy = sizes[pick(4)];
-    q.dout = sizes[pick(4)];
+    q.dy = reuse_y ? p.paths.back().dy : sizes[pick(4)];
+    q.dout = reuse_out ? p.paths.back().dout : sizes[pick(4)];
     q.x = x;
     q.y = y;
     q.w = w;
     q.out = out;
     x += q.mul * q.dx;
-    y += pick(2) ? q.dy : 0;  // paths may share a y block
     w += q.mul;
-    out += pick(2) ? q.mul * q.dout : 0;  // and an out block
+    // The next path may share this one's y block (same size) or out block (same multiplicity
+    // and size: what jaxext's specs make when paths add into one output irrep).
+    const bool share_y = pick(2), share_out = pick(2);
+    y += share_y ? 0 : q.dy;
+    out += share_out ? 0 : q.mul * q.dout;
+    p.shared_y.push_back(share_y);
+    p.shared_out.push_back(share_out);
     q.begin = static_cast<int64_t>(p.cv.size());
-    const int64_t entries = 1 + pick(3 * q.dx * q.dout);
+    const int64_t entries = pick(8) == 0 ? 0 : 1 + pick(3 * q.dx * q.dout);  // some none
     for (int64_t e = 0; e < entries; ++e) {
       p.ci.push_back(pick(static_cast<int>(q.dx)));
       p.cj.push_back(pick(static_cast<int>(q.dy)));
@@ -144,8 +151,20 @@ int main() {
     large += has_large;
   }
   EXPECT_EQ(large > 0, 1);
+  // No paths at all: valid, applicable, nothing to build.
+  {
+    const Product none;
+    const jaxext::TpPathTables t = Build(none);
+    EXPECT_EQ(t.ok, 1);
+    EXPECT_EQ(t.valid, 1);
+    EXPECT_EQ(t.m_size, 0);
+    EXPECT_EQ(t.ny, 0);
+    EXPECT_EQ(t.m_begin.size(), 1);
+    EXPECT_EQ(t.y_begin.size(), 1);
+  }
   // An entry outside its path's blocks, or a path past the entries: invalid.
   Product p = Random(rng, 3, false);
+  while (p.paths[1].end == p.paths[1].begin) p = Random(rng, 3, false);
   p.ck[p.paths[1].begin] = p.paths[1].dout;
   EXPECT_EQ(Build(p).valid, 0);
   p = Random(rng, 3, false);

@@ -86,7 +86,8 @@ struct TpGraph {
   const int32_t* order = nullptr;       // the result's node: its edges, sorted (by_recv / by_send)
   const int32_t* ranges = nullptr;
   // Every edge's nodes are in range iff the receivers' and senders' ranges each cover all edges
-  // (Python builds them by searchsorted, so an out-of-range id falls outside them).
+  // (Python builds them from per-node counts of the ids in range, so an out-of-range id falls
+  // outside them).
   const int32_t* recv_ranges = nullptr;  // n_receivers + 1
   const int32_t* send_ranges = nullptr;  // n_senders + 1
   int64_t n_senders = 0, n_receivers = 0, n_edges = 0;
@@ -456,6 +457,7 @@ bool LaunchTpFast(cudaStream_t stream, int mode, const TpFast<T>& f, const TpOpe
   if (!f.ok || !TpFastWanted()) return false;
   const int64_t per_warp = TpFastPerWarp(f.m_size, ops.dims[mode]);
   const int64_t warp_bytes = per_warp * static_cast<int64_t>(sizeof(T));
+  if (warp_bytes <= 0) return false;  // nothing to hold (LaunchTp returns before: empty rows)
   const int64_t fit = kTpFastSharedLimit / warp_bytes;
   if (fit < 1) return false;
   const int warps = static_cast<int>(std::min<int64_t>(kTpFastWarps, fit));
@@ -495,7 +497,7 @@ xla::ffi::Error LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
                                               ": a path lies outside the rows' widths");
     }
   }
-  if (ops.rows == 0) return xla::ffi::Error::Success();
+  if (ops.rows == 0 || ops.dims[mode] == 0) return xla::ffi::Error::Success();  // no elements
   if (LaunchTpFast<T>(stream, mode, t.fast, ops, g)) {
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {

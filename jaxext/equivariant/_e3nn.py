@@ -14,7 +14,14 @@ from jaxext.equivariant import _irreps
 
 
 def is_irreps_array(x) -> bool:
-  return hasattr(x, "irreps") and hasattr(x, "array") and not isinstance(x, type)
+  """e3nn-jax's IrrepsArray, duck-typed: `.irreps`, `.array` and `.chunks` (the per-irrep views
+  only e3nn's mul_ir layout has; cuequivariance's RepArray, in its own layouts, is not one)."""
+  if isinstance(x, type):
+    return False
+  try:
+    return hasattr(x, "irreps") and hasattr(x, "array") and hasattr(x, "chunks")
+  except Exception:  # noqa: BLE001 - a property that raises: not an IrrepsArray
+    return False
 
 
 def unwrap(x, what: str, irreps=None, irreps_what: str | None = None):

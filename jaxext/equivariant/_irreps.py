@@ -26,8 +26,9 @@ def parse(irreps, what: str = "irreps") -> tuple[tuple[int, int, int], ...]:
       p = {"e": 1, "o": -1, "y": (-1) ** l}[m.group(3)]
       terms.append((mul, l, p))
     return tuple(terms)
-  if _is_e3nn_irreps(irreps):  # e3nn_jax.Irreps (duck-typed): (mul, ir) items, ir.l and ir.p
-    return tuple((int(t.mul), int(t.ir.l), int(t.ir.p)) for t in irreps)
+  items = _e3nn_items(irreps)
+  if items is not None:  # e3nn_jax.Irreps (duck-typed): (mul, ir) items, ir.l and ir.p
+    irreps = [(t.mul, t.ir.l, t.ir.p) for t in items]
   if isinstance(irreps, (tuple, list)) and all(
       isinstance(t, (tuple, list)) and len(t) == 3 for t in irreps):
     terms = tuple((int(a), int(b), int(c)) for a, b, c in irreps)
@@ -38,15 +39,19 @@ def parse(irreps, what: str = "irreps") -> tuple[tuple[int, int, int], ...]:
                   f"got {irreps!r}")
 
 
-def _is_e3nn_irreps(obj) -> bool:
+def _e3nn_items(obj):
+  """The (mul, ir) items of an e3nn_jax.Irreps-like object, read once (an iterator is consumed
+  here, and its items are what parse reads), or None for anything else."""
   if isinstance(obj, (str, bytes)) or not hasattr(obj, "__iter__"):
-    return False
+    return None
   try:
     items = list(obj)
   except TypeError:
-    return False
-  return all(hasattr(t, "mul") and hasattr(t, "ir") and hasattr(t.ir, "l") and hasattr(t.ir, "p")
-             for t in items) and (len(items) > 0 or type(obj).__name__ == "Irreps")
+    return None
+  if not all(hasattr(t, "mul") and hasattr(t, "ir") and hasattr(t.ir, "l") and hasattr(t.ir, "p")
+             for t in items):
+    return None
+  return items if items or type(obj).__name__ == "Irreps" else None
 
 
 def dim(terms) -> int:

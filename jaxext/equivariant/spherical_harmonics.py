@@ -61,6 +61,9 @@ def spherical_harmonics(irreps_out, vectors, normalize: bool = True,
                        f"{_irreps.to_string(own)!r}")
     parity = own[0][2]
   terms = _terms(irreps_out, parity)
+  if like is not None and any(l % 2 == 1 and p != parity for _, l, p in terms):
+    raise ValueError(f"irreps_out: {_irreps.to_string(terms)!r} has odd l of the other parity "
+                     f"than the vectors ({_irreps.to_string(own)!r}), as e3nn-jax refuses")
   if normalization is None:
     normalization = _e3nn.config("spherical_harmonics_normalization", "component")
   if normalization not in ("component", "norm", "integral"):

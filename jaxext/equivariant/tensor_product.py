@@ -64,14 +64,22 @@ def _offsets(terms):
 
 
 @functools.lru_cache(maxsize=128)
-def _spec(tx, ty, to) -> _Spec:
+def _spec(tx, ty, to, explicit=None) -> _Spec:
+  """`explicit`: the paths as (x term, y term, output term) triples, instead of every coupling
+  (the path-separated product of jaxext.equivariant.e3nn_ops: one path per output term)."""
   ox, oy, oo = _offsets(tx), _offsets(ty), _offsets(to)
-  raw = []
-  for i1, (m1, l1, p1) in enumerate(tx):
-    for i2, (m2, l2, p2) in enumerate(ty):
-      for io, (mo, l3, p3) in enumerate(to):
-        if m1 == mo and p1 * p2 == p3 and abs(l1 - l2) <= l3 <= l1 + l2:
-          raw.append((i1, i2, io))
+  if explicit is None:
+    raw = _path_triples(tx, ty, to)
+  else:
+    raw = list(explicit)
+    for path in raw:
+      if not (isinstance(path, tuple) and len(path) == 3 and all(static_int(i) for i in path)
+              and 0 <= path[0] < len(tx) and 0 <= path[1] < len(ty) and 0 <= path[2] < len(to)):
+        raise ValueError(f"explicit paths: (x term, y term, output term) index triples; got "
+                         f"{path!r}")
+      (m1, l1, p1), (_, l2, p2), (mo, l3, p3) = tx[path[0]], ty[path[1]], to[path[2]]
+      if not (m1 == mo and p1 * p2 == p3 and abs(l1 - l2) <= l3 <= l1 + l2):
+        raise ValueError(f"explicit paths: {path} does not couple")
   count = {}
   for _, _, io in raw:
     count[io] = count.get(io, 0) + 1
@@ -113,11 +121,11 @@ def _exponent(value, name):
   """e3nn-jax's reading of a path or gradient normalisation: "element" 0, "path" 1, or a float."""
   if isinstance(value, str):
     if value not in ("element", "path"):
-      raise ValueError(f"{name} must be 'element', 'path' or a float in [0, 1]; got {value!r}")
+      raise ValueError(f"{name} must be 'element', 'path' or a finite float; got {value!r}")
     return {"element": 0.0, "path": 1.0}[value]
   if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
-      not 0.0 <= float(value) <= 1.0:
-    raise ValueError(f"{name} must be 'element', 'path' or a float in [0, 1]; got {value!r}")
+      not np.isfinite(float(value)):
+    raise ValueError(f"{name} must be 'element', 'path' or a finite float; got {value!r}")
   return float(value)
 
 
@@ -188,7 +196,7 @@ def tensor_product(x, y, weights, irreps_x=None, irreps_y=None, irreps_out=None,
     irreps_x, irreps_y, irreps_out: irreps strings ("64x0e+64x1o+64x2e") or e3nn_jax.Irreps;
       irreps_out is required.
     irrep_normalization ("component", "norm", "none"), path_normalization ("element", "path" or
-      a float), gradient_normalization ("element", "path" or a float in [0, 1]): e3nn-jax's
+      a float), gradient_normalization ("element", "path" or a float): e3nn-jax's
       options of the same names, with the same results; unset, e3nn_jax.config's (when e3nn_jax
       is imported) or e3nn-jax's defaults (component, element, path).
 
@@ -258,9 +266,10 @@ def checked_spec(prim: str, mode, key) -> _Spec:
   tp_p and conv_p bound directly: the public functions always pass well-formed ones)."""
   if not static_int(mode) or mode not in (X, Y, W, OUT):
     raise TypeError(f"{prim}: mode must be 0 (x), 1 (y), 2 (weights) or 3 (out); got {mode!r}")
-  if not isinstance(key, tuple) or len(key) != 3:
-    raise TypeError(f"{prim}: key must be the parsed (irreps_x, irreps_y, irreps_out); got {key!r}")
-  for terms, what in zip(key, ("irreps_x", "irreps_y", "irreps_out")):
+  if not isinstance(key, tuple) or len(key) not in (3, 4):
+    raise TypeError(f"{prim}: key must be the parsed (irreps_x, irreps_y, irreps_out) and "
+                    f"optionally explicit paths; got {key!r}")
+  for terms, what in zip(key[:3], ("irreps_x", "irreps_y", "irreps_out")):
     try:
       ok = isinstance(terms, tuple) and _irreps.parse(terms, what) == terms
     except (TypeError, ValueError):
@@ -268,6 +277,13 @@ def checked_spec(prim: str, mode, key) -> _Spec:
     if not ok:
       raise TypeError(f"{prim}: key's {what} must be a tuple of (multiplicity >= 0, l >= 0, "
                       f"parity +-1) int triples; got {terms!r}")
+  if len(key) == 4:
+    if not isinstance(key[3], tuple):
+      raise TypeError(f"{prim}: key's explicit paths must be a tuple; got {key[3]!r}")
+    try:
+      return _spec(*key)
+    except ValueError as err:
+      raise TypeError(f"{prim}: {err}") from None
   return _spec(*key)
 
 

@@ -1,0 +1,195 @@
+"""e3nn-jax's functions, on jaxext's kernels: the idiom of NequIP/MACE-style potentials.
+
+    from jaxext.equivariant import e3nn_ops
+    sh = e3nn_ops.spherical_harmonics([0, 1, 2, 3], vectors, True)
+    messages = e3nn_ops.tensor_product(x[senders], sh, filter_ir_out=irreps)   # as e3nn.tensor_product
+    nodes = e3nn_ops.tensor_product_conv(x, sh, senders, receivers, n,
+                                         weights=w, filter_ir_out=irreps)     # fused, no E x dim
+
+Each function takes and returns e3nn_jax.IrrepsArrays with e3nn-jax's meaning, layout and
+numbers (tests/equivariant_test.py compares them with e3nn-jax): `tensor_product` keeps every
+path as its own channels (no weights, no sum over paths), sorts the output's irreps and, with
+`regroup_output`, merges equal ones, exactly as `e3nn.tensor_product`. The second input's
+multiplicities must be 1 (spherical harmonics), which is what the kernels compute; for anything
+else call e3nn-jax itself. e3nn_jax is imported only when these functions run.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxext._validation import float_operand, int32_indices, integer_operand
+from jaxext.equivariant import _e3nn, _irreps
+from jaxext.equivariant.conv import _conv_built_p, _graph
+from jaxext.equivariant.segment import segment_sum
+from jaxext.equivariant.spherical_harmonics import spherical_harmonics as _sh
+from jaxext.equivariant.tensor_product import OUT, _spec, tp_p
+
+__all__ = ["scatter_sum", "spherical_harmonics", "tensor_product", "tensor_product_conv"]
+
+
+def spherical_harmonics(irreps_out, input, normalize: bool, normalization: str | None = None):
+  """`e3nn.spherical_harmonics(irreps_out, input, normalize, normalization)`."""
+  return _sh(irreps_out, input, normalize=normalize, normalization=normalization)
+
+
+def scatter_sum(data, *, dst, output_size: int):
+  """`e3nn.scatter_sum(data, dst=dst, output_size=output_size)`, deterministic (jaxext's
+  ordered segment sum; ids outside [0, output_size) dropped)."""
+  return segment_sum(data, dst, output_size)
+
+
+def _order(terms):
+  """e3nn-jax's Irrep order: by l, then the parity (-1)^l first."""
+  return lambda t: (terms[t][1], -terms[t][2] * (-1) ** terms[t][1])
+
+
+def _sort_terms(terms):
+  """The stable sort e3nn's Irreps.sort() makes: (sorted terms, their original indices)."""
+  idx = sorted(range(len(terms)), key=lambda t: (_order(terms)(t), t))
+  return tuple(terms[t] for t in idx), idx
+
+
+def _simplify(terms):
+  out = []
+  for mul, l, p in terms:
+    if out and out[-1][1:] == (l, p):
+      out[-1] = (out[-1][0] + mul, l, p)
+    elif mul > 0:
+      out.append((mul, l, p))
+  return tuple(out)
+
+
+def _regroup(array, terms):
+  """An array of `terms` in e3nn's regrouped order (sorted, equal irreps merged): a column
+  permutation (none when already sorted)."""
+  sorted_terms, idx = _sort_terms(terms)
+  if list(idx) != list(range(len(terms))):
+    offsets = np.cumsum([0] + [m * (2 * l + 1) for m, l, _ in terms])
+    cols = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in idx] or
+                          [np.zeros(0, np.int64)])
+    array = jnp.take(array, jnp.asarray(cols, np.int32), axis=-1)
+  return array, _simplify(sorted_terms)
+
+
+def _filter(filter_ir_out):
+  """e3nn-jax's filter_ir_out: irreps (a string, an Irreps, a list of "1o"-like strings or
+  Irrep objects) whose (l, parity) pairs are kept; None keeps everything."""
+  if filter_ir_out is None:
+    return None
+  items = [filter_ir_out] if isinstance(filter_ir_out, str) else list(filter_ir_out)
+  keep = set()
+  for item in items:
+    if hasattr(item, "l") and hasattr(item, "p"):
+      keep.add((int(item.l), int(item.p)))
+    elif hasattr(item, "ir"):
+      keep.add((int(item.ir.l), int(item.ir.p)))
+    else:
+      keep.update((l, p) for _, l, p in _irreps.parse(item, "filter_ir_out"))
+  return keep
+
+
+def _plan(tx, ty, filter_ir_out, irrep_normalization):
+  """The separated product's output terms (sorted as e3nn sorts them: one term per path), the
+  explicit paths into them, and the per-weight factor giving e3nn's normalisation."""
+  if any(m != 1 for m, _, _ in ty):
+    raise ValueError("input2: every multiplicity must be 1 (spherical harmonics; for anything "
+                     "else use e3nn_jax.tensor_product)")
+  keep = _filter(filter_ir_out)
+  norm = irrep_normalization if irrep_normalization is not None else _e3nn.config(
+      "irrep_normalization", "component")
+  if norm not in ("component", "norm", "none"):
+    raise ValueError(f"irrep_normalization must be 'component', 'norm' or 'none'; got {norm!r}")
+  raw = []  # (x term, y term, output irrep) in e3nn's loop order
+  for i1, (m1, l1, p1) in enumerate(tx):
+    for i2, (_, l2, p2) in enumerate(ty):
+      for l3 in range(abs(l1 - l2), l1 + l2 + 1):
+        if keep is None or (l3, p1 * p2) in keep:
+          raw.append((i1, i2, (m1, l3, p1 * p2)))
+  to, order = _sort_terms(tuple(r[2] for r in raw))
+  paths = tuple((raw[t][0], raw[t][1], io) for io, t in enumerate(order))
+  scale = []
+  for i1, i2, io in paths:
+    (m1, l1, _), (_, l2, _), (_, l3, _) = tx[i1], ty[i2], to[io]
+    factor = {"component": 1.0, "norm": np.sqrt((2 * l1 + 1) * (2 * l2 + 1) / (2 * l3 + 1)),
+              "none": 1.0 / np.sqrt(2 * l3 + 1)}[norm]  # the kernel's own: sqrt(2 l3 + 1)
+    scale.extend([factor] * m1)
+  return to, paths, np.asarray(scale, np.float64)
+
+
+def _inputs(input1, input2, regroup_output):
+  like = _e3nn.first_irreps_array(input1, input2)
+  if not (_e3nn.is_irreps_array(input1) and _e3nn.is_irreps_array(input2)):
+    raise TypeError("input1 and input2 must be e3nn_jax.IrrepsArrays (their irreps define the "
+                    "product)")
+  x, tx = _e3nn.unwrap(input1, "input1")
+  y, ty = _e3nn.unwrap(input2, "input2")
+  x, y = float_operand(x, "input1"), float_operand(y, "input2")
+  if regroup_output:
+    x, tx = _regroup(x, tx)
+    y, ty = _regroup(y, ty)
+  return like, x, tx, y, ty
+
+
+def tensor_product(input1, input2, *, filter_ir_out=None, irrep_normalization: str | None = None,
+                   regroup_output: bool = True):
+  """`e3nn.tensor_product(input1, input2, filter_ir_out=..., irrep_normalization=...,
+  regroup_output=...)`: every path into its own output channels (mul1 of them), output irreps
+  sorted and (regroup_output) merged, as e3nn-jax lays them out. input2's multiplicities must
+  be 1; leading axes broadcast.
+
+  Returns:
+    an IrrepsArray (the inputs' class)."""
+  like, x, tx, y, ty = _inputs(input1, input2, regroup_output)
+  to, paths, scale = _plan(tx, ty, filter_ir_out, irrep_normalization)
+  dtype = jnp.result_type(x, y)
+  lead = jnp.broadcast_shapes(x.shape[:-1], y.shape[:-1])
+  rows = int(np.prod(lead, dtype=np.int64))
+  flat = lambda a: jnp.broadcast_to(a.astype(dtype), lead + a.shape[-1:]).reshape(
+      rows, a.shape[-1])
+  w = jnp.broadcast_to(jnp.asarray(scale, dtype), (rows, scale.size))
+  out = tp_p.bind(flat(x), flat(y), w, mode=OUT, key=(tx, ty, to, paths))
+  out = out.reshape(lead + (_spec(tx, ty, to, paths).dims[OUT],))
+  return _e3nn.wrap(like, _simplify(to) if regroup_output else to, out)
+
+
+def tensor_product_conv(x, sh, senders, receivers, num_nodes: int, *, weights=None,
+                        filter_ir_out=None, irrep_normalization: str | None = None,
+                        regroup_output: bool = True):
+  """Fused `scatter_sum(tensor_product(x[senders], sh, ...) * weights, dst=receivers,
+  output_size=num_nodes)` with e3nn-jax's meaning of each piece: no E x dim array.
+
+  Args:
+    x: IrrepsArray (num_senders, dim); sh: IrrepsArray (E, dim), multiplicities 1.
+    senders, receivers: (E,) integer node ids (out of range: as jaxext.equivariant.conv).
+    num_nodes: static number of output nodes.
+    weights: None, or (E, num_irreps of the product's output): one scalar per output irrep copy
+      and edge, in the output's order (what `IrrepsArray * weights` multiplies in e3nn-jax).
+    filter_ir_out, irrep_normalization, regroup_output: as tensor_product.
+  """
+  like, xa, tx, y, ty = _inputs(x, sh, regroup_output)
+  to, paths, scale = _plan(tx, ty, filter_ir_out, irrep_normalization)
+  if xa.ndim != 2 or y.ndim != 2:
+    raise ValueError(f"x and sh must be 2-D (rows, dim); got {xa.shape} and {y.shape}")
+  e = y.shape[0]
+  dtype = jnp.result_type(xa, y)
+  if weights is None:
+    w = jnp.broadcast_to(jnp.asarray(scale, dtype), (e, scale.size))
+  else:
+    w = float_operand(weights, "weights")
+    if w.shape != (e, scale.size):
+      raise ValueError(f"weights must have shape ({e}, {scale.size}) (edges, irreps of the "
+                       f"output); got {w.shape}")
+    dtype = jnp.result_type(dtype, w)
+    w = w.astype(dtype) * jnp.asarray(scale, dtype)
+  snd, rcv = integer_operand(senders, "senders"), integer_operand(receivers, "receivers")
+  for ids, name in ((snd, "senders"), (rcv, "receivers")):
+    if ids.shape != (e,):
+      raise ValueError(f"{name} must have shape ({e},) (one per edge); got {ids.shape}")
+  snd, rcv = int32_indices(snd, xa.shape[0]), int32_indices(rcv, int(num_nodes))
+  graph = _graph(snd, rcv, xa.shape[0], int(num_nodes))
+  out = _conv_built_p.bind(xa.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
+                           key=(tx, ty, to, paths))
+  return _e3nn.wrap(like, _simplify(to) if regroup_output else to, out)
+
