@@ -15,7 +15,9 @@ e3nn-jax's types are taken as they are (duck-typed: e3nn_jax is never imported h
 the irreps arguments), an `IrrepsArray` back when one came in. `spherical_harmonics` reads an int
 as e3nn-jax does (that degree alone). The products take e3nn-jax's `irrep_normalization`,
 `path_normalization` and `gradient_normalization`; unset options (and the harmonics'
-normalization) follow `e3nn_jax.config` when e3nn_jax is imported.
+normalization) follow `e3nn_jax.config` when e3nn_jax is imported. `jaxext.equivariant.e3nn_ops`
+has e3nn-jax's own functions and layouts (`tensor_product` with every path its own channels,
+sorted and regrouped; a fused `tensor_product_conv`) on these kernels.
 """
 
 from jaxext.equivariant.conv import conv, conv_p
