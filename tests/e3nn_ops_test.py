@@ -52,6 +52,50 @@ def test_tensor_product_equals_e3nn(ix, iy, filt, regroup, norm):
   np.testing.assert_allclose(np.asarray(got.array), np.asarray(want.array), atol=1e-12)
 
 
+@pytest.mark.parametrize("ix, iy, filt, regroup", [
+    ("2x0e+0x1o+3x1o", "0e+1o", None, False),     # a zero-multiplicity x term
+    ("2x0e+3x1o", "0e+0x1o+2e", None, False),       # a zero-multiplicity y term
+    ("2x0e+3x1o", "0e+1o", "5e", True),             # nothing passes the filter
+    ("2x0e+3x1o", "0e+1o", e3nn.Irrep("1o"), True),  # a bare Irrep
+    ("2x0e+3x1o", "0e+1o", [(0, 1), (1, -1)], True),  # (l, parity) pairs
+])
+def test_edge_cases_equal_e3nn(ix, iy, filt, regroup):
+  x = _array(ix, 3, 20)
+  y = e3nn.IrrepsArray(iy, np.random.default_rng(21).normal(size=(3, e3nn.Irreps(iy).dim)))
+  got = e3nn_ops.tensor_product(x, y, filter_ir_out=filt, regroup_output=regroup)
+  want = e3nn.tensor_product(x, y, filter_ir_out=filt, regroup_output=regroup)
+  assert got.irreps == want.irreps and got.shape == want.shape
+  np.testing.assert_allclose(np.asarray(got.array), np.asarray(want.array), atol=1e-12)
+
+
+def test_broadcasting_dtypes_and_config():
+  """Leading axes broadcast; float32 stays float32 (and as accurate as e3nn-jax's float32),
+  bfloat16 stays bfloat16; unset options follow e3nn_jax.config."""
+  x, y = _array("2x0e+2x1o", 5, 22), _sh("0e+1o+2e", 5, 23)
+  xb = e3nn.IrrepsArray(x.irreps, x.array.reshape(5, 1, -1))
+  got = e3nn_ops.tensor_product(xb, y)
+  want = e3nn.tensor_product(xb, y)
+  assert got.shape == want.shape == (5, 5, want.irreps.dim)
+  np.testing.assert_allclose(np.asarray(got.array), np.asarray(want.array), atol=1e-12)
+  x32, y32 = (e3nn.IrrepsArray(a.irreps, a.array.astype(np.float32)) for a in (x, y))
+  ref = np.asarray(e3nn.tensor_product(x, y).array)
+  got32 = e3nn_ops.tensor_product(x32, y32)
+  assert got32.dtype == jnp.float32
+  err = np.abs(np.asarray(got32.array, np.float64) - ref).max()
+  err_e3nn = np.abs(np.asarray(e3nn.tensor_product(x32, y32).array, np.float64) - ref).max()
+  assert err <= 3 * err_e3nn + 1e-6, (err, err_e3nn)
+  xbf = e3nn.IrrepsArray(x.irreps, x.array.astype(jnp.bfloat16))
+  assert e3nn_ops.tensor_product(xbf, e3nn.IrrepsArray(y.irreps, y.array.astype(jnp.bfloat16))
+                                 ).dtype == jnp.bfloat16
+  saved = e3nn.config("irrep_normalization")
+  try:
+    e3nn.config("irrep_normalization", "norm")
+    np.testing.assert_allclose(np.asarray(e3nn_ops.tensor_product(x, y).array),
+                               np.asarray(e3nn.tensor_product(x, y).array), atol=1e-12)
+  finally:
+    e3nn.config("irrep_normalization", saved)
+
+
 def test_derivatives_equal_e3nn_and_to_third_order():
   x, y = _array("2x0e+2x1o+1x2e", 4, 3), _sh("0e+1o+2e", 4, 4)
   filt = "0e+1o+2e"
@@ -70,21 +114,25 @@ def test_derivatives_equal_e3nn_and_to_third_order():
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-def test_tensor_product_conv_equals_e3nn_scatter(weighted):
+@pytest.mark.parametrize("ix, regroup", [("3x0e+3x1o+2x2e", True), ("2x1o+3x0e+2x1o", True),
+                                         ("2x1o+3x0e+2x1o", False)])
+def test_tensor_product_conv_equals_e3nn_scatter(weighted, ix, regroup):
   """Fused: scatter_sum(tensor_product(x[senders], sh) * weights, dst=receivers), as e3nn-jax
-  computes it, jitted, and its gradients in x, the harmonics and the weights."""
+  computes it, jitted, and its gradients in x, the harmonics and the weights; unsorted x with
+  repeated irreps, regrouped or not."""
   nodes, edges = 9, 50
   rng = np.random.default_rng(5)
-  x = _array("3x0e+3x1o+2x2e", nodes, 6)
+  x = _array(ix, nodes, 6)
   sh = _sh("0e+1o+2e+3o", edges, 7)
   snd, rcv = rng.integers(0, nodes, edges), rng.integers(0, nodes, edges)
   filt = "0e+1o+2e"
-  n_out = e3nn.tensor_product(x[snd], sh, filter_ir_out=filt).irreps.num_irreps
+  n_out = e3nn.tensor_product(x[snd], sh, filter_ir_out=filt,
+                              regroup_output=regroup).irreps.num_irreps
   w = rng.normal(size=(edges, n_out)) if weighted else None
 
   def ref(xa, sha, wa):
     m = e3nn.tensor_product(e3nn.IrrepsArray(x.irreps, xa)[snd], e3nn.IrrepsArray(sh.irreps, sha),
-                            filter_ir_out=filt)
+                            filter_ir_out=filt, regroup_output=regroup)
     if wa is not None:
       m = m * wa
     return e3nn.scatter_sum(m, dst=rcv, output_size=nodes)
@@ -92,7 +140,7 @@ def test_tensor_product_conv_equals_e3nn_scatter(weighted):
   def ours(xa, sha, wa):
     return e3nn_ops.tensor_product_conv(e3nn.IrrepsArray(x.irreps, xa),
                                         e3nn.IrrepsArray(sh.irreps, sha), snd, rcv, nodes,
-                                        weights=wa, filter_ir_out=filt)
+                                        weights=wa, filter_ir_out=filt, regroup_output=regroup)
 
   got, want = jax.jit(ours)(x.array, sh.array, w), ref(x.array, sh.array, w)
   assert got.irreps == want.irreps
@@ -104,9 +152,13 @@ def test_tensor_product_conv_equals_e3nn_scatter(weighted):
   for a, b in zip(g, g_ref):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-11)
   np.testing.assert_allclose(
-      np.asarray(e3nn_ops.scatter_sum(e3nn.tensor_product(x[snd], sh, filter_ir_out=filt),
+      np.asarray(e3nn_ops.scatter_sum(e3nn.tensor_product(x[snd], sh, filter_ir_out=filt,
+                                                          regroup_output=regroup),
                                       dst=rcv, output_size=nodes).array),
       np.asarray(ours(x.array, sh.array, None).array), atol=1e-12)
+  if weighted:  # one weight per edge, broadcast over the output's irreps
+    np.testing.assert_allclose(np.asarray(ours(x.array, sh.array, w[:, :1]).array),
+                               np.asarray(ref(x.array, sh.array, w[:, :1]).array), atol=1e-12)
 
 
 def test_spherical_harmonics_signature_is_e3nns():
@@ -127,7 +179,13 @@ def test_errors_name_the_argument():
     e3nn_ops.tensor_product(x, _sh("0e+1o", 3, 11), irrep_normalization="unit")
   sh = _sh("0e+1o", 3, 12)
   with pytest.raises(ValueError, match="weights"):
-    e3nn_ops.tensor_product_conv(x, sh, [0, 1, 2], [0, 1, 2], 3, weights=np.ones((3, 1)))
+    e3nn_ops.tensor_product_conv(x, sh, [0, 1, 2], [0, 1, 2], 3, weights=np.ones((3, 2)))
+  with pytest.raises(TypeError, match="num_nodes"):
+    e3nn_ops.tensor_product_conv(x, sh, [0, 1, 2], [0, 1, 2], 2.5)
+  with pytest.raises(ValueError, match="num_nodes"):
+    e3nn_ops.tensor_product_conv(x, sh, [0, 1, 2], [0, 1, 2], -1)
+  with pytest.raises(ValueError, match="regroup"):  # "1o+1o" regroups to 2x1o
+    e3nn_ops.tensor_product(x, e3nn.IrrepsArray("1o+1o", np.ones((3, 6))))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ else call e3nn-jax itself. e3nn_jax is imported only when these functions run.
 
 from __future__ import annotations
 
+import operator
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -74,17 +76,25 @@ def _regroup(array, terms):
 
 
 def _filter(filter_ir_out):
-  """e3nn-jax's filter_ir_out: irreps (a string, an Irreps, a list of "1o"-like strings or
-  Irrep objects) whose (l, parity) pairs are kept; None keeps everything."""
+  """e3nn-jax's filter_ir_out: irreps (a string, an Irreps), an Irrep, or a list of "1o"-like
+  strings, Irrep objects or (l, parity) pairs, whose (l, parity) pairs are kept; None keeps
+  everything."""
   if filter_ir_out is None:
     return None
-  items = [filter_ir_out] if isinstance(filter_ir_out, str) else list(filter_ir_out)
+  if isinstance(filter_ir_out, str) or (hasattr(filter_ir_out, "l") and
+                                        hasattr(filter_ir_out, "p")):
+    items = [filter_ir_out]
+  else:
+    items = list(filter_ir_out)
   keep = set()
   for item in items:
     if hasattr(item, "l") and hasattr(item, "p"):
       keep.add((int(item.l), int(item.p)))
     elif hasattr(item, "ir"):
       keep.add((int(item.ir.l), int(item.ir.p)))
+    elif (isinstance(item, tuple) and len(item) == 2 and
+          all(isinstance(v, (int, np.integer)) for v in item) and item[1] in (-1, 1)):
+      keep.add((int(item[0]), int(item[1])))
     else:
       keep.update((l, p) for _, l, p in _irreps.parse(item, "filter_ir_out"))
   return keep
@@ -93,9 +103,10 @@ def _filter(filter_ir_out):
 def _plan(tx, ty, filter_ir_out, irrep_normalization):
   """The separated product's output terms (sorted as e3nn sorts them: one term per path), the
   explicit paths into them, and the per-weight factor giving e3nn's normalisation."""
-  if any(m != 1 for m, _, _ in ty):
-    raise ValueError("input2: every multiplicity must be 1 (spherical harmonics; for anything "
-                     "else use e3nn_jax.tensor_product)")
+  if any(m > 1 for m, _, _ in ty):
+    raise ValueError(f"input2: every multiplicity must be 0 or 1 (spherical harmonics; after "
+                     f"regrouping, when regroup_output, it is {_irreps.to_string(ty)!r}); for "
+                     "anything else use e3nn_jax.tensor_product")
   keep = _filter(filter_ir_out)
   norm = irrep_normalization if irrep_normalization is not None else _e3nn.config(
       "irrep_normalization", "component")
@@ -103,12 +114,14 @@ def _plan(tx, ty, filter_ir_out, irrep_normalization):
     raise ValueError(f"irrep_normalization must be 'component', 'norm' or 'none'; got {norm!r}")
   raw = []  # (x term, y term, output irrep) in e3nn's loop order
   for i1, (m1, l1, p1) in enumerate(tx):
-    for i2, (_, l2, p2) in enumerate(ty):
+    for i2, (m2, l2, p2) in enumerate(ty):
       for l3 in range(abs(l1 - l2), l1 + l2 + 1):
         if keep is None or (l3, p1 * p2) in keep:
-          raw.append((i1, i2, (m1, l3, p1 * p2)))
+          raw.append((i1, i2, (m1 * m2, l3, p1 * p2)))
   to, order = _sort_terms(tuple(r[2] for r in raw))
-  paths = tuple((raw[t][0], raw[t][1], io) for io, t in enumerate(order))
+  # A path per output term, but none from a y term of multiplicity 0 (its outputs stay 0x).
+  paths = tuple((raw[t][0], raw[t][1], io) for io, t in enumerate(order)
+                if ty[raw[t][1]][0] == 1)
   scale = []
   for i1, i2, io in paths:
     (m1, l1, _), (_, l2, _), (_, l3, _) = tx[i1], ty[i2], to[io]
@@ -125,11 +138,28 @@ def _inputs(input1, input2, regroup_output):
                     "product)")
   x, tx = _e3nn.unwrap(input1, "input1")
   y, ty = _e3nn.unwrap(input2, "input2")
-  x, y = float_operand(x, "input1"), float_operand(y, "input2")
+  x, y = float_operand(x, "input1"), float_operand(y, "input2")  # (kernel dtypes)
   if regroup_output:
     x, tx = _regroup(x, tx)
     y, ty = _regroup(y, ty)
   return like, x, tx, y, ty
+
+
+def _result_dtype(*raw):
+  """e3nn-jax's result dtype for these inputs (bfloat16 stays bfloat16: the kernels compute in
+  float32 then); integers give JAX's default float."""
+  dtype = jnp.result_type(*(r.array if _e3nn.is_irreps_array(r) else r for r in raw))
+  return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
+
+
+def _node_count(num_nodes):
+  try:
+    n = operator.index(num_nodes)
+  except TypeError:
+    raise TypeError(f"num_nodes must be a static int; got {num_nodes!r}") from None
+  if n < 0:
+    raise ValueError(f"num_nodes must be >= 0; got {n}")
+  return n
 
 
 def tensor_product(input1, input2, *, filter_ir_out=None, irrep_normalization: str | None = None,
@@ -137,12 +167,14 @@ def tensor_product(input1, input2, *, filter_ir_out=None, irrep_normalization: s
   """`e3nn.tensor_product(input1, input2, filter_ir_out=..., irrep_normalization=...,
   regroup_output=...)`: every path into its own output channels (mul1 of them), output irreps
   sorted and (regroup_output) merged, as e3nn-jax lays them out. input2's multiplicities must
-  be 1; leading axes broadcast.
+  be 1 (or 0); leading axes broadcast; the result's dtype is e3nn-jax's (bfloat16 and float16
+  computed in float32).
 
   Returns:
     an IrrepsArray (the inputs' class)."""
   like, x, tx, y, ty = _inputs(input1, input2, regroup_output)
   to, paths, scale = _plan(tx, ty, filter_ir_out, irrep_normalization)
+  want = _result_dtype(input1, input2)
   dtype = jnp.result_type(x, y)
   lead = jnp.broadcast_shapes(x.shape[:-1], y.shape[:-1])
   rows = int(np.prod(lead, dtype=np.int64))
@@ -150,7 +182,7 @@ def tensor_product(input1, input2, *, filter_ir_out=None, irrep_normalization: s
       rows, a.shape[-1])
   w = jnp.broadcast_to(jnp.asarray(scale, dtype), (rows, scale.size))
   out = tp_p.bind(flat(x), flat(y), w, mode=OUT, key=(tx, ty, to, paths))
-  out = out.reshape(lead + (_spec(tx, ty, to, paths).dims[OUT],))
+  out = out.reshape(lead + (_spec(tx, ty, to, paths).dims[OUT],)).astype(want)
   return _e3nn.wrap(like, _simplify(to) if regroup_output else to, out)
 
 
@@ -164,32 +196,39 @@ def tensor_product_conv(x, sh, senders, receivers, num_nodes: int, *, weights=No
     x: IrrepsArray (num_senders, dim); sh: IrrepsArray (E, dim), multiplicities 1.
     senders, receivers: (E,) integer node ids (out of range: as jaxext.equivariant.conv).
     num_nodes: static number of output nodes.
-    weights: None, or (E, num_irreps of the product's output): one scalar per output irrep copy
-      and edge, in the output's order (what `IrrepsArray * weights` multiplies in e3nn-jax).
+    weights: None, or broadcastable to (E, num_irreps of the product's output): one scalar per
+      output irrep copy and edge, in the output's order (what `IrrepsArray * weights` multiplies
+      in e3nn-jax under its default "component" irrep normalisation; under "none" e3nn-jax's
+      multiplication rescales l > 0 copies too, which this does not).
     filter_ir_out, irrep_normalization, regroup_output: as tensor_product.
   """
+  num_nodes = _node_count(num_nodes)
   like, xa, tx, y, ty = _inputs(x, sh, regroup_output)
   to, paths, scale = _plan(tx, ty, filter_ir_out, irrep_normalization)
   if xa.ndim != 2 or y.ndim != 2:
     raise ValueError(f"x and sh must be 2-D (rows, dim); got {xa.shape} and {y.shape}")
   e = y.shape[0]
   dtype = jnp.result_type(xa, y)
+  want = _result_dtype(x, sh)
   if weights is None:
     w = jnp.broadcast_to(jnp.asarray(scale, dtype), (e, scale.size))
   else:
+    want = _result_dtype(x, sh, weights)
     w = float_operand(weights, "weights")
-    if w.shape != (e, scale.size):
-      raise ValueError(f"weights must have shape ({e}, {scale.size}) (edges, irreps of the "
-                       f"output); got {w.shape}")
+    try:
+      w = jnp.broadcast_to(w, (e, scale.size))
+    except ValueError:
+      raise ValueError(f"weights must broadcast to ({e}, {scale.size}) (edges, irreps of the "
+                       f"output); got {w.shape}") from None
     dtype = jnp.result_type(dtype, w)
     w = w.astype(dtype) * jnp.asarray(scale, dtype)
   snd, rcv = integer_operand(senders, "senders"), integer_operand(receivers, "receivers")
   for ids, name in ((snd, "senders"), (rcv, "receivers")):
     if ids.shape != (e,):
       raise ValueError(f"{name} must have shape ({e},) (one per edge); got {ids.shape}")
-  snd, rcv = int32_indices(snd, xa.shape[0]), int32_indices(rcv, int(num_nodes))
-  graph = _graph(snd, rcv, xa.shape[0], int(num_nodes))
+  snd, rcv = int32_indices(snd, xa.shape[0]), int32_indices(rcv, num_nodes)
+  graph = _graph(snd, rcv, xa.shape[0], num_nodes)
   out = _conv_built_p.bind(xa.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
                            key=(tx, ty, to, paths))
-  return _e3nn.wrap(like, _simplify(to) if regroup_output else to, out)
+  return _e3nn.wrap(like, _simplify(to) if regroup_output else to, out.astype(want))
 

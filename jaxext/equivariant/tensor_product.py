@@ -80,6 +80,8 @@ def _spec(tx, ty, to, explicit=None) -> _Spec:
       (m1, l1, p1), (_, l2, p2), (mo, l3, p3) = tx[path[0]], ty[path[1]], to[path[2]]
       if not (m1 == mo and p1 * p2 == p3 and abs(l1 - l2) <= l3 <= l1 + l2):
         raise ValueError(f"explicit paths: {path} does not couple")
+  if any(ty[i2][0] != 1 for _, i2, _ in raw):
+    raise ValueError("every y term a path reads must have multiplicity 1")
   count = {}
   for _, _, io in raw:
     count[io] = count.get(io, 0) + 1
@@ -277,14 +279,12 @@ def checked_spec(prim: str, mode, key) -> _Spec:
     if not ok:
       raise TypeError(f"{prim}: key's {what} must be a tuple of (multiplicity >= 0, l >= 0, "
                       f"parity +-1) int triples; got {terms!r}")
-  if len(key) == 4:
-    if not isinstance(key[3], tuple):
-      raise TypeError(f"{prim}: key's explicit paths must be a tuple; got {key[3]!r}")
-    try:
-      return _spec(*key)
-    except ValueError as err:
-      raise TypeError(f"{prim}: {err}") from None
-  return _spec(*key)
+  if len(key) == 4 and not isinstance(key[3], tuple):
+    raise TypeError(f"{prim}: key's explicit paths must be a tuple; got {key[3]!r}")
+  try:
+    return _spec(*key)
+  except ValueError as err:
+    raise TypeError(f"{prim}: {err}") from None
 
 
 def _abstract_eval(a, b, c, *, mode, key):
