@@ -25,7 +25,7 @@ from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_reachable,
                                                checked_spec, ffi_attrs, register_trilinear_rules,
-                                               weight_scale)
+                                               unwrap_operands, weight_scale)
 
 __all__ = ["conv", "conv_p"]
 
@@ -64,16 +64,9 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x=
     segment_sum(tensor_product(x[senders], edge_sh, edge_weights, ...), receivers, num_nodes);
     an IrrepsArray of irreps_out (in the inputs' class) when x or edge_sh is one.
   """
-  like = _e3nn.first_irreps_array(x, edge_sh)
-  x, tx = _e3nn.unwrap(x, "x", irreps_x, "irreps_x")
-  edge_sh, ty = _e3nn.unwrap(edge_sh, "edge_sh", irreps_sh, "irreps_sh")
-  edge_weights, _ = _e3nn.unwrap(edge_weights, "edge_weights")
-  for terms, name in ((tx, "irreps_x"), (ty, "irreps_sh"), (irreps_out, "irreps_out")):
-    if terms is None:
-      raise TypeError(f"{name} is required" + ("" if name == "irreps_out" else
-                      f" (or pass {'x' if name == 'irreps_x' else 'edge_sh'} as an "
-                      "e3nn_jax.IrrepsArray)"))
-  to = _irreps.parse(irreps_out, "irreps_out")
+  like, (x, tx), (edge_sh, ty), edge_weights, to = unwrap_operands(
+      (x, "x", irreps_x, "irreps_x"), (edge_sh, "edge_sh", irreps_sh, "irreps_sh"),
+      edge_weights, "edge_weights", irreps_out)
   if any(m != 1 for m, _, _ in ty):
     raise ValueError(f"irreps_sh: every multiplicity must be 1; got {_irreps.to_string(ty)!r}")
   check_reachable(tx, ty, to, "irreps_out")
@@ -92,12 +85,7 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x=
   for ids, name in ((snd, "senders"), (rcv, "receivers")):
     if ids.shape != (e,):
       raise ValueError(f"{name} must have shape ({e},) (one per edge); got {ids.shape}")
-  try:
-    num_nodes = operator.index(num_nodes)
-  except TypeError:
-    raise TypeError("num_nodes must be a static int") from None
-  if num_nodes < 0:
-    raise ValueError(f"num_nodes must be >= 0; got {num_nodes}")
+  num_nodes = node_count(num_nodes)
   dtype = jnp.result_type(x, y, w)
   scale = weight_scale(tx, ty, to, irrep_normalization, path_normalization,
                        gradient_normalization)
@@ -108,6 +96,17 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x=
   out = _conv_built_p.bind(x.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
                            key=(tx, ty, to))
   return _e3nn.wrap(like, to, out)
+
+
+def node_count(num_nodes) -> int:
+  """num_nodes as a static int >= 0, or a TypeError / ValueError naming it."""
+  try:
+    n = operator.index(num_nodes)
+  except TypeError:
+    raise TypeError(f"num_nodes must be a static int; got {num_nodes!r}") from None
+  if n < 0:
+    raise ValueError(f"num_nodes must be >= 0; got {n}")
+  return n
 
 
 def _graph(snd, rcv, num_senders, num_nodes):

@@ -16,14 +16,12 @@ else call e3nn-jax itself. e3nn_jax is imported only when these functions run.
 
 from __future__ import annotations
 
-import operator
-
 import jax.numpy as jnp
 import numpy as np
 
 from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
-from jaxext.equivariant.conv import _conv_built_p, _graph
+from jaxext.equivariant.conv import _conv_built_p, _graph, node_count
 from jaxext.equivariant.segment import segment_sum
 from jaxext.equivariant.spherical_harmonics import spherical_harmonics as _sh
 from jaxext.equivariant.tensor_product import OUT, _spec, tp_p
@@ -152,16 +150,6 @@ def _result_dtype(*raw):
   return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
 
 
-def _node_count(num_nodes):
-  try:
-    n = operator.index(num_nodes)
-  except TypeError:
-    raise TypeError(f"num_nodes must be a static int; got {num_nodes!r}") from None
-  if n < 0:
-    raise ValueError(f"num_nodes must be >= 0; got {n}")
-  return n
-
-
 def tensor_product(input1, input2, *, filter_ir_out=None, irrep_normalization: str | None = None,
                    regroup_output: bool = True):
   """`e3nn.tensor_product(input1, input2, filter_ir_out=..., irrep_normalization=...,
@@ -202,7 +190,7 @@ def tensor_product_conv(x, sh, senders, receivers, num_nodes: int, *, weights=No
       multiplication rescales l > 0 copies too, which this does not).
     filter_ir_out, irrep_normalization, regroup_output: as tensor_product.
   """
-  num_nodes = _node_count(num_nodes)
+  num_nodes = node_count(num_nodes)
   like, xa, tx, y, ty = _inputs(x, sh, regroup_output)
   to, paths, scale = _plan(tx, ty, filter_ir_out, irrep_normalization)
   if xa.ndim != 2 or y.ndim != 2:

@@ -131,6 +131,24 @@ def _exponent(value, name):
   return float(value)
 
 
+def unwrap_operands(x, y, weights, weights_name, irreps_out):
+  """The arrays and irreps of a product's operands (tensor_product, conv): x and y as
+  (value, name, irreps argument, its name), either value possibly an e3nn_jax.IrrepsArray whose
+  irreps stand in for (or must equal) the argument; returns (the first IrrepsArray or None,
+  (x, x terms), (y, y terms), weights, output terms)."""
+  like = _e3nn.first_irreps_array(x[0], y[0])
+  out = []
+  for value, name, irreps, irreps_name in (x, y):
+    array, terms = _e3nn.unwrap(value, name, irreps, irreps_name)
+    if terms is None:
+      raise TypeError(f"{irreps_name} is required (or pass {name} as an e3nn_jax.IrrepsArray)")
+    out.append((array, terms))
+  if irreps_out is None:
+    raise TypeError("irreps_out is required")
+  weights, _ = _e3nn.unwrap(weights, weights_name)
+  return like, out[0], out[1], weights, _irreps.parse(irreps_out, "irreps_out")
+
+
 def weight_scale(tx, ty, to, irrep_normalization=None, path_normalization=None,
                  gradient_normalization=None):
   """Per weight, the factor that turns the kernels' normalisation (e3nn-jax's defaults:
@@ -175,13 +193,7 @@ def paths(irreps_x, irreps_y, irreps_out) -> list[tuple[int, int, int]]:
   """The (x term, y term, output term) index triples of the product's paths, in weight order."""
   tx, ty, to = (_irreps.parse(i, n) for i, n in ((irreps_x, "irreps_x"), (irreps_y, "irreps_y"),
                                                     (irreps_out, "irreps_out")))
-  out = []
-  for i1, (m1, l1, p1) in enumerate(tx):
-    for i2, (_, l2, p2) in enumerate(ty):
-      for io, (mo, l3, p3) in enumerate(to):
-        if m1 == mo and p1 * p2 == p3 and abs(l1 - l2) <= l3 <= l1 + l2:
-          out.append((i1, i2, io))
-  return out
+  return _path_triples(tx, ty, to)
 
 
 def tensor_product(x, y, weights, irreps_x=None, irreps_y=None, irreps_out=None, *,
@@ -206,15 +218,9 @@ def tensor_product(x, y, weights, irreps_x=None, irreps_y=None, irreps_out=None,
     (..., dim(irreps_out)); output irreps without a path are zero. An IrrepsArray of irreps_out
     (in the inputs' class) when x or y is one.
   """
-  like = _e3nn.first_irreps_array(x, y)
-  x, tx = _e3nn.unwrap(x, "x", irreps_x, "irreps_x")
-  y, ty = _e3nn.unwrap(y, "y", irreps_y, "irreps_y")
-  weights, _ = _e3nn.unwrap(weights, "weights")
-  for terms, name in ((tx, "irreps_x"), (ty, "irreps_y"), (irreps_out, "irreps_out")):
-    if terms is None:
-      raise TypeError(f"{name} is required" + ("" if name == "irreps_out" else
-                      f" (or pass {name[7:]} as an e3nn_jax.IrrepsArray)"))
-  to = _irreps.parse(irreps_out, "irreps_out")
+  like, (x, tx), (y, ty), weights, to = unwrap_operands(
+      (x, "x", irreps_x, "irreps_x"), (y, "y", irreps_y, "irreps_y"), weights, "weights",
+      irreps_out)
   if any(m != 1 for m, _, _ in ty):
     raise ValueError(f"irreps_y: every multiplicity must be 1 (one weight per path and channel); "
                      f"got {_irreps.to_string(ty)!r}")
