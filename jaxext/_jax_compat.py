@@ -15,6 +15,7 @@ through `jax.interpreters` (its rule registries and a few helpers) is wrapped he
 * `batch_axis_to_front(x, dim, size)`         an operand with its batch axis first (broadcast if
                                               unmapped), written with jax.numpy
 * `is_zero_tangent(t)`, `instantiate_zeros(t)`   symbolic-zero tangents in JVP rules
+* `source_line(eqn)`                          the user's line that made a jaxpr equation
 
 Supported: jax 0.10.0 (the FFI floor) through 0.12.x; `tests/compat_test.py` checks the gates.
 """
@@ -30,7 +31,7 @@ from jax.interpreters import ad, batching, mlir
 __all__ = [
     "JAX_VERSION", "NOT_MAPPED", "batch_axis_to_front", "batch_size", "instantiate_zeros", "is_mapped",
     "is_undefined_primal", "is_zero_tangent", "register_batching", "register_jvp",
-    "register_lowering", "register_transpose", "undefined_primal_aval",
+    "register_lowering", "register_transpose", "source_line", "undefined_primal_aval",
 ]
 
 
@@ -116,3 +117,17 @@ def is_zero_tangent(t) -> bool:
 
 def instantiate_zeros(t):
   return ad.instantiate_zeros(t)
+
+
+def source_line(eqn) -> str:
+  """' (at file:line (function))': the user code that made a jaxpr equation, for error messages;
+  '' where jax cannot say. jax.extend.source_info_util.summarize is public from jax 0.4.36; the
+  equation's source_info attribute is not documented, hence here."""
+  if eqn is None:
+    return ""
+  try:
+    from jax.extend import source_info_util  # noqa: PLC0415
+    where = source_info_util.summarize(eqn.source_info)
+  except Exception:  # noqa: BLE001 - only an error message's detail is lost
+    return ""
+  return f" (at {where})" if where else ""

@@ -1201,9 +1201,9 @@ def test_gradient_errors():
         _CROSSING[None])
   with pytest.raises(TypeError, match="gradient"):
     ode.event(lambda t, y, p: y[0], gradient=1.0)
-  with pytest.raises(NotImplementedError, match="t_span"):
-    jax.grad(lambda t: ode.dop853(van_der_pol_j, np.array([[1.0, 0.0]]), (0.0, t),
-                                  [1.0]).y_final.sum())(1.0)
+  with pytest.raises(NotImplementedError, match="second derivatives"):
+    jax.hessian(lambda t: ode.dop853(van_der_pol_j, np.array([[1.0, 0.0]]), (0.0, t),
+                                     [1.0]).y_final.sum())(1.0)
 
 
 # --- argument errors ----------------------------------------------------------------------------
@@ -1324,3 +1324,87 @@ def test_cuda_lowering():
   assert 'device_code = ""' in text  # built-in models link nothing
   # Python right-hand sides on CUDA, derivatives through Python events included:
   # tests/ode_cuda_test.py (it has the toolkit numba-cuda needs).
+
+
+def _oscillator_jnp(t, y, omega):
+  return jnp.stack([y[1], -omega * omega * y[0]])
+
+
+def _oscillator_jacobian(t, y, p, dfdy, dfdp):
+  dfdy[0, 0] = 0.0
+  dfdy[0, 1] = 1.0
+  dfdy[1, 0] = -p[0] * p[0]
+  dfdy[1, 1] = 0.0
+  dfdp[0, 0] = 0.0
+  dfdp[1, 0] = -2.0 * p[0] * y[0]
+
+
+@ode.rhs(jacobian=_oscillator_jacobian)
+def _oscillator_numba(t, y, p, dydt):
+  dydt[0] = y[1]
+  dydt[1] = -p[0] * p[0] * y[0]
+
+
+@pytest.mark.parametrize("form", ["jnp", "numba"])
+def test_derivatives_with_respect_to_t_span_and_t_eval(form):
+  """y(t) = R(omega (t - t0)) y0 for the oscillator: dy/dt0 = -f(t0, y0) propagated, dy_final/dt1
+  = f(t1, y_final), dys/dt_eval = f(t_eval, ys); closed forms, forward and reverse mode."""
+  omega = 1.3
+
+  def run(y0, t0, t1, te):
+    kw = dict(t_eval=te, rtol=1e-12, atol=1e-12)
+    if form == "jnp":
+      s = ode.dop853(_oscillator_jnp, y0, (t0, t1), args=omega, **kw)
+    else:
+      s = ode.dop853(_oscillator_numba, y0, (t0, t1), np.array([omega]), **kw)
+    return s.ys, s.y_final, s.t_final
+
+  def exact(y0, t0, t):
+    c, s = np.cos(omega * (t - t0)), np.sin(omega * (t - t0))
+    x, v = y0[..., 0], y0[..., 1]
+    return np.stack([c * x + s * v / omega, -omega * s * x + c * v], -1)
+
+  y0 = np.array([[1.0, 0.5], [-0.3, 2.0]])
+  t0, t1 = np.array([0.2, -0.1]), np.array([3.0, 2.5])
+  te = np.array([0.5, 1.0, 2.0])
+  f = lambda y: np.stack([y[..., 1], -omega**2 * y[..., 0]], -1)
+  ys, y_final, _ = run(y0, t0, t1, te)
+  np.testing.assert_allclose(y_final, exact(y0, t0, t1), atol=1e-10)
+  # d/dt0: forward mode, against the closed form -Phi(t, t0) f(t0, y0) = -f(t, y(t)).
+  _, (d_ys, d_final, d_tf) = jax.jvp(lambda a: run(y0, a, t1, te), (t0,), (np.ones(2),))
+  np.testing.assert_allclose(d_final, -f(exact(y0, t0, t1)), atol=1e-8)
+  np.testing.assert_allclose(d_ys, -f(exact(y0[:, None], t0[:, None], te[None])), atol=1e-8)
+  np.testing.assert_array_equal(d_tf, 0)
+  # d/dt1: y_final moves by f(t1, y_final), t_final by 1; ys do not move.
+  _, (d_ys, d_final, d_tf) = jax.jvp(lambda b: run(y0, t0, b, te), (t1,), (np.ones(2),))
+  np.testing.assert_allclose(d_final, f(exact(y0, t0, t1)), atol=1e-8)
+  np.testing.assert_array_equal(d_ys, 0)
+  np.testing.assert_array_equal(d_tf, 1)
+  # d/dt_eval: f at each output time; reverse mode agrees (a sum over trajectories).
+  g = jax.grad(lambda e: run(y0, t0, t1, e)[0][..., 0].sum())(te)
+  np.testing.assert_allclose(g, f(exact(y0[:, None], t0[:, None], te[None]))[..., 0].sum(0),
+                             atol=1e-8)
+  check_grads(lambda a, b: run(y0, a, b, te)[1], (t0, t1), order=1, modes=("fwd", "rev"),
+              atol=1e-6, rtol=1e-6)
+
+
+def test_t1_derivative_of_a_built_in_model_and_of_event_stopped_runs():
+  """The built-in model's f at t1; a trajectory stopped by a terminal event does not move with t1
+  (its t_final is the event's), and t0 moves the event time as a shift of y0 would."""
+  y0 = elements_state(7000.0, 0.01, 0.5, 0.0, 0.0, 0.0)[None]  # at perigee, r = 6930 km
+  run = lambda t1: ode.dop853(models.earth(j2=True), y0, (0.0, t1), rtol=1e-12, atol=1e-12)
+  sol, (d_final, d_tf) = jax.jvp(lambda t1: (lambda s: (s.y_final, s.t_final))(run(t1)),
+                                 (3000.0,), (1.0,))
+  f = np.asarray(models.rhs_from_constants(models.earth(j2=True).constants(), sol[0],
+                                           np.zeros((1, 0))))
+  np.testing.assert_allclose(d_final, f, rtol=1e-12)
+  np.testing.assert_array_equal(d_tf, [1.0])
+  ev = models.radius_event(7000.0, terminal=True)  # crossed on the way to apogee
+  stop = lambda t0, t1: (lambda s: (s.t_final, s.status))(ode.dop853(
+      models.earth(j2=True), y0, (t0, t1), rtol=1e-12, atol=1e-12, events=[ev]))
+  (t_stop, status), (d_t1, _) = jax.jvp(lambda t1: stop(0.0, t1), (5000.0,), (1.0,))
+  assert status[0] == ode.Status.EVENT
+  np.testing.assert_array_equal(d_t1, [0.0])
+  # Starting later from the same state, the whole (autonomous) solution shifts: dt_event/dt0 = 1.
+  _, (d_t0, _) = jax.jvp(lambda t0: stop(t0, 5000.0), (0.0,), (1.0,))
+  np.testing.assert_allclose(d_t0, [1.0], rtol=1e-6)

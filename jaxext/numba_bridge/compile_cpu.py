@@ -414,6 +414,13 @@ def compile_cpu(fn, name: str, signature: Signature, *, boundscheck: bool = Fals
                        what=f"jaxext.numba_kernel '{name}'", describe=signature.describe())
 
 
+def numba_options(fn) -> dict:
+  """Numba options a function asks for through its `numba_options` attribute (jaxext's generated
+  code asks for error_model="numpy": IEEE division by zero, as jax computes, where Numba's
+  default raises ZeroDivisionError)."""
+  return dict(getattr(fn, "numba_options", None) or {})
+
+
 def compile_entry(fn, name: str, *, key, source: str, entry_type, env=None,
                   boundscheck: bool = False, what: str, describe: str) -> CpuEntry:
   """Compiles `fn` behind a generated cfunc wrapper (`source` defines `jaxext_entry`, which calls
@@ -422,15 +429,16 @@ def compile_entry(fn, name: str, *, key, source: str, entry_type, env=None,
   process and content id; machine code cached on disk. Other users: jaxext.ode's right-hand sides.
   """
   boundscheck = effective_boundscheck(boundscheck)
-  options = (("boundscheck", boundscheck), ("entry", source))
+  py_func = fn.py_func if isinstance(fn, numba.core.dispatcher.Dispatcher) else fn
+  extra = numba_options(py_func)
+  options = (("boundscheck", boundscheck), ("entry", source)) + tuple(sorted(extra.items()))
   kernel_id = content_id(fn, key, options)
   with _lock:
     entry = _entries.get(kernel_id)
     if entry is not None:
       return entry
-    py_func = fn.py_func if isinstance(fn, numba.core.dispatcher.Dispatcher) else fn
     _refresh_callees(py_func)
-    kernel = numba.njit(nogil=True, boundscheck=boundscheck)(py_func)
+    kernel = numba.njit(nogil=True, boundscheck=boundscheck, **extra)(py_func)
     module_env = {"carray": numba.carray, "kernel": kernel, "readonly": readonly,
                   "returns_nothing": returns_nothing}
     module_env.update({f"DTYPE_{k}": v for k, v in DTYPES.items()})

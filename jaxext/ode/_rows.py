@@ -24,6 +24,7 @@ from jax.extend.core import Primitive
 
 from jaxext import _eager
 from jaxext import _jax_compat as compat
+from jaxext.numba_bridge import compile_cpu
 from jaxext.numba_bridge import numba_cuda_kernel
 from jaxext.numba_bridge import numba_kernel
 
@@ -39,7 +40,8 @@ def _gradient_shapes(t, y, p):
 
 @functools.lru_cache(maxsize=64)
 def _rhs_rows(fn, name, boundscheck=False):
-  user = numba.njit(boundscheck=boundscheck)(getattr(fn, "py_func", fn))
+  fn = getattr(fn, "py_func", fn)
+  user = numba.njit(boundscheck=boundscheck, **compile_cpu.numba_options(fn))(fn)
 
   def rhs_rows(t, y, p, dydt):
     for i in range(t.shape[0]):
@@ -53,7 +55,8 @@ def _rhs_rows(fn, name, boundscheck=False):
 
 @functools.lru_cache(maxsize=64)
 def _gradient_rows(fn, name, boundscheck=False):
-  user = numba.njit(boundscheck=boundscheck)(getattr(fn, "py_func", fn))
+  fn = getattr(fn, "py_func", fn)
+  user = numba.njit(boundscheck=boundscheck, **compile_cpu.numba_options(fn))(fn)
 
   def gradient_rows(t, y, p, dgdt, dgdy, dgdp):
     for i in range(t.shape[0]):
@@ -153,6 +156,15 @@ for _platform in ("cpu", "cuda"):  # partitioned: the kernels' own lowering spli
   compat.register_lowering(rows_p, compat.lower_fun(_on(_platform), multiple_results=True),
                            _platform, partitioned=True)
 compat.register_batching(rows_p, _batch)
+
+
+def _jvp(primals, tangents, **params):
+  # The rows are coefficients of dop853's first derivatives: differentiating them again is a
+  # second derivative of the solution.
+  raise NotImplementedError("jaxext.ode.dop853: second derivatives are not available")
+
+
+compat.register_jvp(rows_p, _jvp)
 
 
 def _rows(fn, name, kind, t, y, p, boundscheck):

@@ -35,6 +35,7 @@ from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
 from jaxext._validation import float_operand, kernel_float, static_int
+from jaxext.ode import _jnp
 from jaxext.ode import functions
 from jaxext.ode import models
 from jaxext.ode.models import Model
@@ -89,19 +90,30 @@ dop853_p = Primitive("jaxext_dop853")
 dop853_p.multiple_results = True
 
 
-def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, events=(),
-           max_steps: int = 100_000, first_step=None, max_step=None,
+def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=None, rtol=None,
+           atol=1e-9, events=(), max_steps: int = 100_000, first_step=None, max_step=None,
            event_slots: int = 8) -> Solution:
   """Integrates dy/dt = rhs(t, y, p) for N trajectories with DOP853 (scipy's algorithm).
 
   Args:
-    rhs: a built-in model (`jaxext.ode.models.earth(...)`, `two_body()`, a `Model`), or a Python
-      function `rhs(t, y, p, dydt)` writing dy/dt into `dydt` (decorated with `jaxext.ode.rhs` or
-      plain), compiled by Numba (needs `jaxext[numba]`).
+    rhs: the right-hand side, one of
+      - a function `rhs(t, y, args) -> dy/dt` written with jax.numpy (diffrax's convention: one
+        trajectory, `y` of shape (d,), `args` as given below). jax traces it once per shapes and
+        dtypes and it is compiled to native code (through Numba: needs `jaxext[numba]`); its
+        Jacobians come from jax. See "Right-hand sides in jax.numpy" below.
+      - a built-in model (`jaxext.ode.models.earth(...)`, `two_body()`, a `Model`);
+      - a Numba function `rhs(t, y, p, dydt)` writing dy/dt into `dydt` (four parameters;
+        decorated with `jaxext.ode.rhs` or plain; needs `jaxext[numba]`).
     y0: (N, d) initial states; float32 or float64 (the integration's precision).
     t_span: a tuple (t0, t1) of scalars or (N,) arrays, or an array (2,) or (N, 2) of rows
       [t0, t1]. t1 < t0 integrates backwards.
-    params: None, (p,) shared or (N, p) per trajectory parameters, passed to `rhs` and events.
+    params: None, (p,) shared or (N, p) per trajectory parameters, passed to a built-in model or
+      a Numba `rhs` and events.
+    args: for a jax.numpy `rhs`: any pytree of arrays (floating, integer or bool), passed to `rhs`
+      and to the events as the third argument; derivatives flow to its floating leaves.
+    args_axes: which leaves of `args` hold one entry per trajectory, as jax.vmap's in_axes: None
+      (the default: every leaf is shared by all trajectories), 0 (every leaf has a leading axis of
+      size N, and trajectory i sees leaf[i]), or a tree prefix of `args` with 0/None leaves.
     t_eval: None or (T,) times, strictly monotonic in the direction of integration, at which to
       return the state (from the 7th-order dense output, as scipy does).
     rtol, atol: relative and absolute tolerances, > 0, scalars or (d,) per component (static).
@@ -110,7 +122,9 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
       raised to it with a warning (scipy's rule, which uses float64's: it integrates in float64).
     events: functions g(t, y, p) (`jaxext.ode.event`, scipy-style callables with `terminal` and
       `direction` attributes) or built-in `jaxext.ode.models.radius_event/altitude_event`; at most
-      16. Roots are located by Brent's method on the dense output to 4 machine epsilons.
+      16. They follow the right-hand side: with a jax.numpy `rhs` they are jax.numpy functions
+      g(t, y, args) -> scalar (gradients from jax), else Numba functions g(t, y, p). Roots are
+      located by Brent's method on the dense output to 4 machine epsilons.
     max_steps: step attempts per trajectory before giving up (status MAX_STEPS).
     first_step: initial step size (> 0); None selects it as scipy does.
     max_step: largest step size; None for no limit.
@@ -120,20 +134,31 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
     A `Solution` (see its fields). Non-finite inputs of one trajectory set its status to NON_FINITE
     and leave the others untouched.
 
+  Right-hand sides in jax.numpy: arithmetic, comparisons, jnp.where, the transcendental
+  functions, powers, casts, indexing and slicing with static indices (`y[0]`, `y[:3]`,
+  `.at[0].set`), concatenate/stack/reshape, dot products and reductions over small arrays, nested
+  jit and custom_jvp functions; no loops or branches on traced values (lax.cond, while_loop,
+  fori_loop) and no random numbers. Anything else raises a TypeError at trace time naming the
+  operation and the line of your code. Each array is written out element by element (at most
+  50,000 scalar operations per function): meant for states and parameters of modest size.
+
   Derivatives: jax.jvp / jax.grad / jax.jacobian of `ys` and `y_final` with respect to y0 and
-  params, through the variational equations integrated with the state on the state's own steps
+  params (or args), through the variational equations integrated with the state on the state's own steps
   (the error is controlled on the state; the solution is bitwise the same as without derivatives).
   So the derivatives are as accurate as those steps make them: a state that stays at an
   equilibrium (e.g. y0 = 0 of a linear system) lets the steps grow unchecked, and its derivatives
   are then only good to ~1e-5 relative; bound them with `max_step` where that matters.
-  Built-in models use their exact Jacobians (dual numbers through the same C++ model); a Python
+  Built-in models use their exact Jacobians (dual numbers through the same C++ model); a
+  jax.numpy right-hand side and its events get theirs from jax (jax.jacfwd, jax.grad); a Numba
   right-hand side needs `@jaxext.ode.rhs(jacobian=...)`. With events: t_events, y_events, and
   t_final / y_final of trajectories a terminal event stopped too; an event time moves by
   -(g_y . dy + g_p . dp) / (g_t + g_y . f), infinite where the trajectory grazes the event surface
   (for a radius event, r . v = 0). Built-in events know their gradient; a Python event needs
   `@jaxext.ode.event(gradient=...)` for any derivative of a run that has it (on CUDA too: f and
-  the gradient at the events then run as numba-cuda kernels). Not yet: derivatives with respect
-  to t_span or t_eval, second derivatives.
+  the gradient at the events then run as numba-cuda kernels). With respect to t_span: t0 acts
+  as y0 - f(t0, y0) dt0 (on every output, events included); t1 moves y_final by
+  f(t1, y_final) dt1 and t_final by dt1 for the trajectories that reached it. With respect to
+  t_eval: ys[:, j] moves by f(t_eval[j], ys[:, j]) dt_eval[j]. Not yet: second derivatives.
 
   Raises:
     TypeError / ValueError at trace time for bad arguments (the message names the argument).
@@ -146,22 +171,38 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
   dtype = y0.dtype
 
   # The right-hand side.
+  jnp_form = False
   if isinstance(rhs, Model):
     if n != Model.state_size:
       raise ValueError(f"y0: the model '{rhs.name}' integrates states of 6 components "
                        f"(x, y, z, vx, vy, vz); got d = {n}")
     user_rhs, name, constants = None, rhs.name, tuple(rhs.constants().tolist())
     needs = rhs.num_params
-  else:
+  elif not callable(rhs) and not isinstance(rhs, functions.Rhs):
+    raise TypeError("rhs must be a function rhs(t, y, args) -> dy/dt (jax.numpy), a Numba "
+                    "function rhs(t, y, p, dydt), or a jaxext.ode.models.Model; got "
+                    f"{type(rhs).__name__}")
+  elif _jnp.is_numba_form(rhs):
     if not isinstance(rhs, functions.Rhs):
-      if not callable(rhs):
-        raise TypeError("rhs must be a jaxext.ode.models.Model or a function rhs(t, y, p, dydt); "
-                        f"got {type(rhs).__name__}")
       rhs = functions.Rhs(fn=rhs, name=getattr(rhs, "__name__", "rhs"))
     user_rhs, name, constants, needs = rhs, rhs.name, (0.0,), 0
+  else:
+    jnp_form = True
+    name = getattr(rhs, "__name__", "rhs")
+    constants, needs = (0.0,), 0
+  if not jnp_form and (args is not None or args_axes is not None):
+    raise TypeError("args and args_axes are for a jax.numpy right-hand side rhs(t, y, args); "
+                    f"the right-hand side '{name}' takes params")
 
   # Parameters, time span, output times.
-  if params is None:
+  if jnp_form:
+    if params is not None:
+      raise TypeError(f"params: the jax.numpy right-hand side '{name}' takes args= (any pytree "
+                      "of arrays), not params")
+    _native_module()  # a clear error if Numba is missing
+    layout, params = _jnp.layout(args, args_axes, count, dtype)
+    user_rhs = _jnp.rhs(rhs, layout, n, dtype)
+  elif params is None:
     params = jnp.zeros((count, 0), dtype)
   else:
     params = float_operand(params, "params").astype(dtype)
@@ -221,6 +262,8 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
   events = tuple(functions.as_event(e, i) for i, e in enumerate(events))
   if len(events) > MAX_EVENTS:
     raise ValueError(f"events: at most {MAX_EVENTS}; got {len(events)}")
+  if jnp_form:
+    events = tuple(_jnp.event(e, i, layout, n, dtype) for i, e in enumerate(events))
   spec = []
   for i, e in enumerate(events):
     if e.fn is None:
@@ -243,7 +286,7 @@ def dop853(rhs, y0, t_span, params=None, *, t_eval=None, rtol=None, atol=1e-9, e
     # CPU runs. A function only numba-cuda compiles (e.g. calling @cuda.jit device functions) is
     # left to the lowering: that of the platform it runs on reports what fails there.
     try:
-      _user_attrs(user, "cpu", name, dtype, n, params.shape[1])
+      _user_attrs(user, "cpu", name, dtype, n, params.shape[1], sensitivities=False)
     except TypeError as err:
       # What breaks the calling convention (a returned dy/dt, a write into y or p) is wrong on
       # every platform: raised whatever the platform (numba-cuda compiles as written).
@@ -309,16 +352,16 @@ class UserFunctions:
     return f"UserFunctions({self.rhs.name if self.rhs else 'model'}, key={self.key:016x})"
 
 
-def _user_attrs(user, platform, name, dtype, n, p):
+def _user_attrs(user, platform, name, dtype, n, p, sensitivities):
   """FFI attributes naming the compiled user functions on `platform` (rhs_id, jac_id, event ids,
-  device_code)."""
+  device_code). The CPU compiles the Jacobian only for a run that integrates sensitivities."""
   attrs = dict(rhs_id=0, jac_id=0, event_ids=[0] * len(user.events), device_code="")
   native = _native_module(platform)
   if platform == "cpu":
     if user.rhs is not None:
       check = user.rhs.boundscheck
       attrs["rhs_id"] = native.compile_rhs(user.rhs.fn, name, dtype, n, p, check)
-      if user.rhs.jacobian is not None:
+      if user.rhs.jacobian is not None and sensitivities:
         attrs["jac_id"] = native.compile_jacobian(user.rhs.jacobian, name, dtype, n, p, check)
     attrs["event_ids"] = [0 if e.fn is None else
                           native.compile_event(e.fn, e.name, dtype, n, p, e.boundscheck)
@@ -516,7 +559,8 @@ def _lowering(ctx, y0, params, t_span, t_eval, *, platform, user, name, model, r
     raise NotImplementedError(f"jaxext.ode.dop853: no {platform} kernels in this build")
   ids = dict(rhs_id=0, jac_id=0, event_ids=[0] * len(events), device_code="")
   if user is not None:
-    ids = _user_attrs(user, "cpu" if platform == "cpu" else "cuda", name, dtype, n, p)
+    ids = _user_attrs(user, "cpu" if platform == "cpu" else "cuda", name, dtype, n, p,
+                      sensitivities)
   n_events = len(events)
   col = lambda i, dt: np.asarray([e[i] for e in events] or [0], dt)
   attrs = dict(
@@ -576,9 +620,8 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
     raise NotImplementedError("jaxext.ode.dop853: second derivatives are not available")
   y0, p, span, te = primals
   dy0, dp, dspan, dte = tangents
-  if not (compat.is_zero_tangent(dspan) and compat.is_zero_tangent(dte)):
-    raise NotImplementedError("jaxext.ode.dop853: derivatives with respect to t_span or t_eval are "
-                              "not available (only y0 and params)")
+  with_span = not compat.is_zero_tangent(dspan)
+  with_te = not compat.is_zero_tangent(dte)
   if events and user is not None:
     for e in user.events:
       if e.fn is not None and e.gradient is None:
@@ -587,6 +630,14 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
   if user is not None and user.rhs is not None and user.rhs.jacobian is None:
     raise ValueError(f"jaxext.ode.dop853: derivatives need the Jacobian of the right-hand side "
                      f"'{params['name']}': define it with @jaxext.ode.rhs(jacobian=...)")
+  model = params["model"]
+  dy0 = compat.instantiate_zeros(dy0)
+  if with_span:
+    # Starting later by dt0 from the same y0 is, to first order, starting at t0 from
+    # y0 - f(t0, y0) dt0: dy/dt0 = -S_y0 f(t0, y0) (non-autonomous systems too), so t0's tangent
+    # joins y0's and reaches every output (events included) through the sensitivities.
+    dspan = compat.instantiate_zeros(dspan)
+    dy0 = dy0 - _rhs_at(user, model, span[:, 0], y0, p) * dspan[:, :1]
   outs = dop853_p.bind(y0, p, span, te, sensitivities=True, user=user, events=events, **params)
   ys_aug, t_final, y_final_aug, stats, t_events, y_events_aug, counts = outs
   n, cols = y0.shape[1], y0.shape[1] + p.shape[1]
@@ -605,12 +656,47 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
                                        jnp.zeros_like(y_events))
   if events:
     d_t_events, d_y_events, d_t_final, d_final = _event_tangents(
-        events, user, params["model"], p, dz, t_events, y_events_aug, t_final, y_final_aug,
+        events, user, model, p, dz, t_events, y_events_aug, t_final, y_final_aug,
         stats[:, 0], counts, d_final)
+  if with_span:
+    # t1 moves the end of the trajectories that reached it (not those an event or a failure
+    # stopped): y_final by f(t1, y_final) dt1, t_final by dt1.
+    reached = (stats[:, 0] == Status.SUCCESS) & jnp.all(jnp.isfinite(y_final), axis=1)
+    f1 = _rhs_at(user, model, jnp.where(reached, t_final, jnp.nan), y_final, p, reached)
+    d_final = d_final + jnp.where(reached[:, None], f1 * dspan[:, 1:], 0)
+    d_t_final = d_t_final + jnp.where(reached, dspan[:, 1], 0)
+  if with_te and te.shape[0]:
+    # ys[:, j] = y(t_eval[j]): moves by f(t_eval[j], ys[:, j]) dt_eval[j] where it was reached.
+    count, m = ys.shape[0], ys.shape[1]
+    rows_t = jnp.broadcast_to(te[None, :], (count, m))
+    ok = jnp.all(jnp.isfinite(ys), axis=-1)
+    f_te = _rhs_at(user, model, jnp.where(ok, rows_t, jnp.nan).reshape(-1),
+                   ys.reshape(count * m, n),
+                   jnp.broadcast_to(p[:, None, :], (count, m, p.shape[1])).reshape(count * m, -1),
+                   ok.reshape(-1)).reshape(ys.shape)
+    d_ys = d_ys + jnp.where(ok[..., None], f_te * dte[None, :, None], 0)
   float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
   primal_out = (ys, t_final, y_final, stats, t_events, y_events, counts)
   tangent_out = (d_ys, d_t_final, d_final, float0(stats), d_t_events, d_y_events, float0(counts))
   return primal_out, tangent_out
+
+
+def _rhs_at(user, model, t, y, p, valid=None):
+  """f(t, y, p) on rows (t (M,), y (M, d), p (M, q)) as a primal coefficient of the tangents:
+  the built-in model's formulas in jax.numpy, or the Python right-hand side (Numba-compiled, on
+  the rows' platform: jaxext/ode/_rows.py). Rows where `valid` is False (or t is NaN) give 0."""
+  count = y.shape[0]
+  if valid is None:
+    valid = jnp.all(jnp.isfinite(y), axis=1) & jnp.isfinite(t)
+  if user is None or user.rhs is None:
+    # A stand-in state on unused rows (|r| twice the body's radius) keeps the formulas finite.
+    stand_in = jnp.asarray([2 * float(model[1]), 0, 0, 1, 1, 0], y.dtype)
+    f = models.rhs_from_constants(model, jnp.where(valid[:, None], y, stand_in), p)
+  else:
+    from jaxext.ode import _rows
+    f = _rows.rhs(user.rhs.fn, user.rhs.name, jnp.where(valid, t, jnp.nan),
+                  jnp.where(valid[:, None], y, 0), p, boundscheck=user.rhs.boundscheck)
+  return jnp.where(valid[:, None] & (count > 0), f, 0)
 
 
 def _event_tangents(events, user, model, p, dz, t_events, y_events_aug, t_final, y_final_aug,

@@ -1,0 +1,354 @@
+"""Tests of jaxext.ode.dop853 with right-hand sides and events written in jax.numpy (CPU).
+
+References: jax itself (the generated code against jax's evaluation of the same function and of
+its Jacobian, operation family by operation family, float32 and float64); the same model written
+as a Numba right-hand side (bitwise the same integration); scipy's solve_ivp(DOP853); the built-in
+C++ J2 model against J2 gravity written as jax.grad of the potential; finite differences and
+check_grads for derivatives (y0, args, through events).
+"""
+
+import os
+import tempfile
+
+os.environ.setdefault("JAXEXT_NUMBA_CACHE_DIR",
+                      os.path.join(os.environ.get("TEST_TMPDIR", tempfile.gettempdir()), "numba"))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import scipy.integrate  # noqa: E402
+from jax.test_util import check_grads  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+from jaxext import ode  # noqa: E402
+from jaxext.ode import _jaxpr_numba  # noqa: E402
+from jaxext.ode import _jnp  # noqa: E402
+from jaxext.ode import models  # noqa: E402
+
+# --- the translation, operation family by operation family ----------------------------------
+
+M = np.array([[1.0, 2.0, 0.5], [0.3, -1.0, 2.0], [0.0, 1.5, 1.0]])
+ARGS = {"k": np.array([0.5, 1.5, 2.0]), "M": M, "n": np.array(3, np.int32),
+        "flag": np.array(True)}
+
+FAMILIES = {
+    "arithmetic": lambda t, y, a: y * a["k"] - y[::-1] / (1 + y**2) + t,
+    "trig_exp": lambda t, y, a: (jnp.stack([jnp.sin(y[0]), jnp.cos(y[1]), jnp.tan(y[2])])
+                                 + jnp.exp(-y) + jnp.log1p(y**2) + jnp.expm1(y / 3)),
+    "inverse_hyperbolic": lambda t, y, a: (
+        jnp.arctan2(y, y[::-1] + 2) + jnp.arcsinh(y) + jnp.tanh(y) + jnp.sinh(y / 4)
+        + jnp.cosh(y / 5) + jnp.arctan(y) + jnp.arcsin(jnp.tanh(y))
+        + jnp.arccos(jnp.tanh(y) / 2) + jnp.arccosh(2 + y**2) + jnp.arctanh(jnp.tanh(y) * 0.9)),
+    "logs_roots": lambda t, y, a: (
+        jnp.log(1 + y**2) + jnp.log2(2 + y**2) + jnp.log10(3 + y**2) + jnp.exp2(y)
+        + jnp.sqrt(1 + y**2) + jnp.cbrt(y) + jax.lax.rsqrt(1 + y**2)),
+    "powers": lambda t, y, a: (jnp.abs(y) ** 1.5 + y**3 + y**-2 + (1 + y**2) ** a["k"][0]
+                               + jnp.power(2.0, y) + jnp.square(y)),
+    "nonsmooth": lambda t, y, a: (
+        jnp.abs(y) + jnp.sign(y) + jnp.floor(y) + jnp.ceil(y) + jnp.round(y)
+        + jnp.clip(y, -0.5, 0.5) + jnp.maximum(y, 0.1) + jnp.minimum(y, y[::-1])),
+    "where_logic": lambda t, y, a: (
+        jnp.where((y > 0) & (y[0] < 1) | ~(y > 2), y**2, -y)
+        + jnp.where(jnp.isfinite(y), 1.0, 0.0) + jnp.where(a["flag"], y, 0.0)),
+    "linalg": lambda t, y, a: (M @ y + jnp.cross(y, M[0]) + jnp.linalg.norm(y) * y
+                               + jnp.dot(y, y) + jnp.outer(y, y).sum(0)
+                               + jnp.einsum("ij,j->i", a["M"], y) + a["M"].T @ y),
+    "reductions": lambda t, y, a: (
+        jnp.sum(y) + jnp.prod(y) + jnp.max(y) + jnp.min(y) + jnp.mean(y) + jnp.cumsum(y)
+        + jnp.cumprod(y) + jnp.argmax(y) + jnp.var(y) + jax.lax.cumsum(y[::-1], reverse=True)),
+    "data_movement": lambda t, y, a: (
+        jnp.concatenate([y[1:], y[:1]]) + jnp.roll(y, 1) + jnp.flip(y)
+        + y.reshape(3, 1).T.ravel() + y[jnp.array([2, 0, 1])] + jnp.pad(y[:2], (1, 0))
+        + jnp.tile(y[:1], 3) + jnp.take(y, 1) + jax.lax.dynamic_slice(y, (1,), (2,)).sum()
+        + jax.lax.dynamic_update_slice(y, y[:1] * 3, (2,))),
+    "indexed_updates": lambda t, y, a: (
+        jnp.zeros(3).at[0].set(y[1]).at[1].add(y[2] * 2).at[2].set(-y[0])
+        + jnp.zeros(3).at[jnp.array([0, 0, 2])].add(y) + y.at[1].multiply(y[0])),
+    "nn_special": lambda t, y, a: (
+        jax.nn.sigmoid(y) + jax.nn.softplus(y) + jax.nn.relu(y) + jnp.logaddexp(y, 0.5)
+        + jax.scipy.special.erf(y) + jax.nn.gelu(y) + jnp.hypot(y, 1.0) + jnp.sinc(y)
+        + jax.scipy.special.erfc(y)),
+    "nested_calls": lambda t, y, a: (jax.jit(lambda z: jnp.sin(z) * 2)(y)
+                                     + jax.checkpoint(lambda z: z**2)(y)
+                                     + jax.grad(lambda z: jnp.sum(jnp.sin(z) ** 2))(y)),
+    "integer_args": lambda t, y, a: (y * a["n"] + (a["n"] % 2) + a["flag"] * y
+                                     + jnp.asarray(y > 0, jnp.int32) // 2 + t * y),
+}
+
+# Agreement of Numba's math library with XLA's: relative (floor 1) differences of a few ulps.
+TOL = {np.float64: 1e-14, np.float32: 4e-6}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_generated_code_equals_jax(family, dtype):
+  f = FAMILIES[family]
+  layout, params = _jnp.layout(ARGS, None, 1, dtype)
+  rhs = _jnp.rhs(f, layout, 3, dtype)
+  fn = numba.njit(**rhs.fn.numba_options)(rhs.fn)
+  jac = numba.njit(**rhs.jacobian.numba_options)(rhs.jacobian)
+  p = np.asarray(params[0])
+  args = layout.unflatten(jnp.asarray(p))
+  ref_f = jax.jit(lambda t, y: jnp.asarray(f(t, y, args), dtype))
+  ref_j = jax.jit(jax.jacfwd(lambda t, y, p: jnp.asarray(f(t, y, layout.unflatten(p)), dtype),
+                             argnums=(1, 2)))
+  rng = np.random.default_rng(7)
+  inputs = [rng.normal(size=3) * 1.5 for _ in range(30)]
+  inputs += [np.array([0.0, -0.0, 1.0]), np.array([0.5, -0.5, 2.5]), np.array([-3.0, 3.0, 1e-3])]
+  for y in inputs:
+    y = y.astype(dtype)
+    t = dtype(0.3)
+    got = np.zeros(3, dtype)
+    fn(t, y, p, got)
+    want = np.asarray(ref_f(t, y))
+    assert_close(got, want, TOL[dtype], (family, y))
+    dfdy, dfdp = np.zeros((3, 3), dtype), np.zeros((3, layout.size), dtype)
+    jac(t, y, p, dfdy, dfdp)
+    want_j = [np.asarray(w) for w in ref_j(t, y, p)]
+    if all(np.all(np.isfinite(w)) for w in want_j):
+      # (At a singular point, e.g. cbrt'(0) = inf, jax's Jacobian has inf * 0 = NaN where the
+      # generated code's folded x * 0 = 0: the documented difference.)
+      for g, w in zip((dfdy, dfdp), want_j):
+        assert_close(g, w, TOL[dtype], (family, y, "Jacobian"))
+
+
+def assert_close(got, want, tol, what):
+  """Equal infinities and NaNs where jax has them; elsewhere relative (floor 1) error <= tol."""
+  special = ~np.isfinite(want)
+  np.testing.assert_array_equal(got[special], want[special], err_msg=str(what))
+  assert np.all(np.isfinite(got[~special])), what
+  err = np.abs(got[~special] - want[~special]) / np.maximum(1, np.abs(want[~special]))
+  assert err.size == 0 or err.max() <= tol, (what, got, want)
+
+
+def test_jacobian_is_folded_to_its_nonzero_entries():
+  """jax.jacfwd's basis is folded away: the Kepler Jacobian's constant blocks are written as
+  constants, with no multiplication left by a zero or a one."""
+  def kepler(t, y, mu):
+    r = y[:3]
+    return jnp.concatenate([y[3:], -mu * r / jnp.linalg.norm(r) ** 3])
+  layout, _ = _jnp.layout(1.0, None, 1, np.float64)
+  rhs = _jnp.rhs(kepler, layout, 6, np.float64)
+  import linecache  # noqa: PLC0415
+  source = "".join(linecache.getlines(rhs.jacobian.__code__.co_filename))
+  assert "dfdy[0, 3] = 1.0" in source and "dfdy[0, 0] = 0.0" in source
+  assert "* 0.0" not in source and "* 1.0" not in source and "0.0 *" not in source
+  assert source.count("math.sqrt") == 1  # once, not once per basis vector
+
+
+# --- integrations ------------------------------------------------------------------------------
+
+def lorenz(t, y, args):
+  sigma, rho, beta = args
+  return jnp.array([sigma * (y[1] - y[0]), y[0] * (rho - y[2]) - y[1], y[0] * y[1] - beta * y[2]])
+
+
+@ode.rhs
+def lorenz_numba(t, y, p, dydt):
+  dydt[0] = p[0] * (y[1] - y[0])
+  dydt[1] = y[0] * (p[1] - y[2]) - y[1]
+  dydt[2] = y[0] * y[1] - p[2] * y[2]
+
+
+def lorenz_y0(n, dtype=np.float64):
+  return (np.random.default_rng(0).normal(size=(n, 3)) + np.array([1.0, 1.0, 20.0])).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_same_integration_as_the_numba_form(dtype):
+  """Written in jnp or in Numba, the same arithmetic: bitwise the same steps and results."""
+  y0 = lorenz_y0(20, dtype)
+  args = (10.0, 28.0, 8.0 / 3.0)
+  te = np.linspace(0.0, 2.0, 7).astype(dtype)
+  rtol = 1e-10 if dtype == np.float64 else 1e-5
+  a = ode.dop853(lorenz, y0, (0.0, 2.0), args=args, t_eval=te, rtol=rtol, atol=rtol)
+  b = ode.dop853(lorenz_numba, y0, (0.0, 2.0), np.asarray(args, dtype), t_eval=te, rtol=rtol,
+                 atol=rtol)
+  assert a.ys.dtype == dtype
+  for name in ("ys", "y_final", "t_final", "n_rhs", "n_accepted", "status"):
+    np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+  assert np.all(a.status == ode.Status.SUCCESS)
+
+
+def test_per_trajectory_and_shared_args_pytrees():
+  n = 6
+  y0 = lorenz_y0(n)
+  sigma = np.linspace(9.0, 11.0, n)
+
+  def lorenz_dict(t, y, a):
+    return lorenz(t, y, (a["sigma"], a["rho_beta"][0], a["rho_beta"][1]))
+
+  a = ode.dop853(lorenz_dict, y0, (0.0, 1.0), args={"sigma": sigma, "rho_beta": (28.0, 8 / 3)},
+                 args_axes={"sigma": 0, "rho_beta": None}, rtol=1e-10, atol=1e-10)
+  p = np.stack([sigma, np.full(n, 28.0), np.full(n, 8 / 3)], axis=1)
+  b = ode.dop853(lorenz_numba, y0, (0.0, 1.0), p, rtol=1e-10, atol=1e-10)
+  np.testing.assert_array_equal(a.y_final, b.y_final)
+  # jax.vmap over a shared args leaf folds into the trajectory axis: the same numbers again.
+  one = lambda s, y: ode.dop853(lorenz_dict, y[None], (0.0, 1.0),
+                                args={"sigma": s, "rho_beta": (28.0, 8 / 3)}, rtol=1e-10,
+                                atol=1e-10).y_final[0]
+  np.testing.assert_array_equal(jax.vmap(one)(sigma, y0), b.y_final)
+  np.testing.assert_array_equal(jax.jit(one)(sigma[2], y0[2]), b.y_final[2])
+
+
+ARENSTORF_Y0 = np.array([0.994, 0.0, 0.0, -2.00158510637908252240537862224])
+ARENSTORF_T = 17.0652165601579625588917206249
+ARENSTORF_MU = 0.012277471
+
+
+def arenstorf(t, y, mu):
+  """The restricted three-body problem in the rotating frame (Hairer's periodic orbit)."""
+  x, yy, vx, vy = y
+  d1 = jnp.hypot(x + mu, yy) ** 3
+  d2 = jnp.hypot(x - (1 - mu), yy) ** 3
+  ax = x + 2 * vy - (1 - mu) * (x + mu) / d1 - mu * (x - (1 - mu)) / d2
+  ay = yy - 2 * vx - (1 - mu) * yy / d1 - mu * yy / d2
+  return jnp.stack([vx, vy, ax, ay])
+
+
+def test_arenstorf_orbit_against_scipy():
+  te = np.linspace(0.0, ARENSTORF_T, 9)
+  sol = ode.dop853(arenstorf, ARENSTORF_Y0[None], (0.0, ARENSTORF_T), args=ARENSTORF_MU,
+                   t_eval=te, rtol=1e-10, atol=1e-10)
+  f = jax.jit(lambda t, y: arenstorf(t, y, ARENSTORF_MU))
+  ref = scipy.integrate.solve_ivp(lambda t, y: np.asarray(f(t, y)), (0.0, ARENSTORF_T),
+                                  ARENSTORF_Y0, method="DOP853", t_eval=te, rtol=1e-10,
+                                  atol=1e-10)
+  assert int(sol.n_rhs[0]) == ref.nfev
+  # The orbit ends with a close approach that amplifies roundoff differences (see ode_test).
+  np.testing.assert_allclose(sol.ys[0], ref.y.T, rtol=0, atol=1e-7)
+  # Periodic: back to the start.
+  np.testing.assert_allclose(sol.y_final[0], ARENSTORF_Y0, atol=2e-6)
+
+
+def j2_gravity(t, y, args):
+  """Two-body + J2, the acceleration as jax.grad of the zonal potential (nested autodiff)."""
+  mu, radius, j2 = args
+
+  def potential(r):
+    rr = jnp.linalg.norm(r)
+    s = r[2] / rr
+    return mu / rr * (1 - j2 * (radius / rr) ** 2 * (3 * s * s - 1) / 2)
+  return jnp.concatenate([y[3:], jax.grad(potential)(y[:3])])
+
+
+def test_j2_as_gradient_of_the_potential_equals_the_built_in_model():
+  y0 = np.array([[7000.0, 100.0, 50.0, 0.1, 7.4, 1.2], [6800.0, -300.0, 900.0, -1.0, 6.9, 3.0]])
+  args = (models.EARTH_MU, models.EARTH_RADIUS, models.EARTH_J2)
+  te = np.linspace(0.0, 6000.0, 4)
+  a = ode.dop853(j2_gravity, y0, (0.0, 6000.0), args=args, t_eval=te, rtol=1e-11, atol=1e-9)
+  b = ode.dop853(models.earth(j2=True), y0, (0.0, 6000.0), t_eval=te, rtol=1e-11, atol=1e-9)
+  np.testing.assert_allclose(a.ys, b.ys, rtol=1e-9, atol=1e-6)
+  # Derivatives (Jacobian of jax.grad by jax.jacfwd) against the C++ model's dual numbers.
+  f = lambda m: lambda y: m(y).y_final
+  ga = jax.jacfwd(f(lambda y: ode.dop853(j2_gravity, y, (0.0, 3000.0), args=args, rtol=1e-11,
+                                         atol=1e-9)))(y0[:1])
+  gb = jax.jacfwd(f(lambda y: ode.dop853(models.earth(j2=True), y, (0.0, 3000.0), rtol=1e-11,
+                                         atol=1e-9)))(y0[:1])
+  np.testing.assert_allclose(ga, gb, rtol=1e-7, atol=1e-7)
+
+
+# --- derivatives -------------------------------------------------------------------------------
+
+def van_der_pol(t, y, mu):
+  return jnp.array([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])
+
+
+def test_check_grads_y0_and_args():
+  te = np.linspace(0.0, 4.0, 5)
+  f = lambda y0, mu: ode.dop853(van_der_pol, y0, (0.0, 4.0), args=mu, args_axes=0, t_eval=te,
+                                rtol=1e-12, atol=1e-12).ys
+  y0 = np.array([[2.0, 0.0], [0.5, -0.3]])
+  mu = np.array([1.0, 2.5])
+  check_grads(f, (y0, mu), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+
+
+def test_gradient_of_args_against_finite_differences():
+  y0 = lorenz_y0(3)
+
+  def loss(args):
+    return ode.dop853(lorenz, y0, (0.0, 0.5), args=args, rtol=1e-12, atol=1e-12).y_final.sum()
+  args = (10.0, 28.0, 8.0 / 3.0)
+  g = jax.grad(loss)(args)
+  for k in range(3):
+    h = 1e-6 * args[k]
+    up = tuple(a + h * (i == k) for i, a in enumerate(args))
+    down = tuple(a - h * (i == k) for i, a in enumerate(args))
+    fd = (loss(up) - loss(down)) / (2 * h)
+    np.testing.assert_allclose(g[k], fd, rtol=1e-6)
+  np.testing.assert_allclose(jax.jit(jax.grad(loss))(args), g, rtol=1e-12)
+
+
+def test_events_in_jnp_with_derivatives():
+  """A jnp event g(t, y, args) (its gradient from jax.grad): the same times as the Numba event,
+  and derivatives of the stopping time against finite differences."""
+  y0 = lorenz_y0(4)
+  args = (10.0, 28.0, 8.0 / 3.0)
+  level = lambda t, y, a: y[2] - 25.0
+  a = ode.dop853(lorenz, y0, (0.0, 2.0), args=args, events=[level], rtol=1e-10, atol=1e-10)
+
+  @ode.event
+  def level_numba(t, y, p):
+    return y[2] - 25.0
+  b = ode.dop853(lorenz_numba, y0, (0.0, 2.0), np.asarray(args), events=[level_numba],
+                 rtol=1e-10, atol=1e-10)
+  np.testing.assert_array_equal(a.t_events, b.t_events)
+  assert np.all(a.event_counts >= 1)
+
+  stop = ode.event(level, terminal=True, direction=1)
+  t_stop = lambda y0, rho: ode.dop853(lorenz, y0, (0.0, 2.0), args=(10.0, rho, 8.0 / 3.0),
+                                      events=[stop], rtol=1e-12, atol=1e-12).t_final
+  gy, grho = jax.jacfwd(t_stop, argnums=(0, 1))(y0[:2], 28.0)
+  h = 1e-6
+  for k in range(3):
+    e = np.zeros_like(y0[:2])
+    e[:, k] = h
+    fd = (t_stop(y0[:2] + e, 28.0) - t_stop(y0[:2] - e, 28.0)) / (2 * h)
+    np.testing.assert_allclose(gy[np.arange(2), np.arange(2), k], fd, rtol=1e-5, atol=1e-9)
+  fd = (t_stop(y0[:2], 28.0 + h) - t_stop(y0[:2], 28.0 - h)) / (2 * h)
+  np.testing.assert_allclose(grho, fd, rtol=1e-5)
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+def test_unsupported_operation_names_it_and_the_line():
+  def branchy(t, y, args):
+    return jax.lax.cond(y[0] > 0, lambda: -y, lambda: y)  # the line the error names
+  line = branchy.__code__.co_firstlineno + 1
+  with pytest.raises(TypeError, match=rf"'cond'.*ode_jnp_test.py:{line}"):
+    ode.dop853(branchy, np.ones((1, 2)), (0.0, 1.0))
+  assert issubclass(_jaxpr_numba.Unsupported, TypeError)
+
+
+@pytest.mark.parametrize("fn, kwargs, error, match", [
+    (lambda t, y, a: y[:1], {}, ValueError, r"shape \(2,\).*got shape \(1,\)"),
+    (lambda t, y, a: y * 1j, {}, TypeError, "complex"),
+    (lambda t, y, a: "no", {}, TypeError, "must return dy/dt"),
+    (lambda t, y, a: -y, {"params": np.ones(2)}, TypeError, "takes args="),
+    (lorenz_numba, {"args": (1.0,)}, TypeError, "args and args_axes are for a jax.numpy"),
+    (lambda t, y, a: -y * a, {"args": np.ones(3), "args_axes": 0}, ValueError,
+     r"leading axis must be N = 2"),
+    (lambda t, y, a: -y, {"args": "text"}, TypeError, "args leaf 0 is a str"),
+    (lambda t, y, a: -y, {"args": 1.0, "args_axes": 1}, ValueError, "only 0"),
+    (lambda t, y, a: -y, {"events": [ode.event(lambda t, y, a: y[0],
+                                               gradient=lambda *x: 0.0)]},
+     ValueError, "gradient comes from jax"),
+    (lambda t, y, a: -y, {"events": [lambda t, y, a: y]}, ValueError, "must return a scalar"),
+])
+def test_bad_jnp_right_hand_sides(fn, kwargs, error, match):
+  with pytest.raises(error, match=match):
+    ode.dop853(fn, np.ones((2, 2)) if "lorenz" not in getattr(fn, "name", "") else np.ones((2, 3)),
+               (0.0, 1.0), **kwargs)
+
+
+def test_numba_form_is_still_recognised():
+  """Four parameters (t, y, p, dydt) is the Numba form; three is jax.numpy."""
+  def decay(t, y, p, dydt):
+    dydt[0] = -p[0] * y[0]
+  assert _jnp.is_numba_form(decay) and _jnp.is_numba_form(lorenz_numba)
+  assert not _jnp.is_numba_form(lorenz) and not _jnp.is_numba_form(lambda t, y, a=None: y)
+  sol = ode.dop853(decay, np.ones((1, 1)), (0.0, 1.0), np.array([2.0]), rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(sol.y_final[0, 0], np.exp(-2.0), rtol=1e-9)
