@@ -252,3 +252,33 @@ def test_built_in_models_need_no_device_code():
   y0 = np.tile(np.array([models.EARTH_RADIUS + 400.0, 0.0, 0.0, 0.0, 7.67, 0.0]), (2, 1))
   text = _export(lambda y: ode.dop853(models.two_body(), y, (0.0, 60.0)).y_final, y0)
   assert _int_attr(text, "rhs_id") == 0 and _attr(text, "device_code") == ""
+
+
+def _jnp_model(t, y, args):
+  """A jax.numpy right-hand side touching what the generated code calls beyond arithmetic:
+  selects, floor, sign, an integer power, hypot, erf (whose Jacobian bitcasts)."""
+  import jax.numpy as jnp  # noqa: PLC0415
+  k, c = args
+  drive = jnp.where(y[0] > 0, jnp.floor(t) * 0.0 + jnp.sign(y[1]), jnp.maximum(y[1], -1.0))
+  return jnp.stack([y[1], -k * y[0] ** 3 - c * jnp.hypot(y[1], 0.1)
+                    + 0.01 * jax.scipy.special.erf(y[0]) + 0.0 * drive])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_jnp_right_hand_side_lowers_and_links(dtype, tmp_path):
+  """The jax.numpy form: the same generated source compiles with numba-cuda (its helpers bound
+  to CUDA implementations) and links with the integrator, for values and for derivatives with a
+  jax.numpy event."""
+  import jax.numpy as jnp  # noqa: PLC0415
+  y0 = np.array([[1.0, 0.0], [0.5, 0.5]], dtype)
+  args = (1.5, 0.2)
+  run = lambda y: ode.dop853(_jnp_model, y, (0.0, 3.0), args=args).y_final
+  text = _export(run, y0)
+  ok, log, _ = _link(_attr(text, "device_code"), dtype, tmp_path)
+  assert ok, log
+  stop = ode.event(lambda t, y, a: y[0] - 0.25 * jnp.tanh(y[1]), terminal=True, direction=-1)
+  grad = _export(jax.grad(lambda y: ode.dop853(_jnp_model, y, (0.0, 3.0), args=args,
+                                               events=[stop]).t_final.sum()), y0)
+  assert _int_attr(grad, "sensitivities") == 1
+  ok, log, _ = _link(_attr(grad, "device_code"), dtype, tmp_path)
+  assert ok, log

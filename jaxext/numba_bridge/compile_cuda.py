@@ -243,6 +243,13 @@ class DeviceFunction:
   symbol: str
 
 
+def device_source(fn):
+  """The Python function numba-cuda compiles for `fn`: its `for_cuda()` variant where it has one
+  (jaxext's generated code, whose helpers differ per target), else the function itself."""
+  variant = getattr(fn, "for_cuda", None)
+  return variant() if variant is not None else getattr(fn, "py_func", fn)
+
+
 def compile_device_function(source: str, callees: dict, types, *, symbol: str,
                             layout: tuple[str, list[str]], cc: tuple[int, int], key,
                             env: dict | None = None, what: str,
@@ -272,7 +279,7 @@ def compile_device_function(source: str, callees: dict, types, *, symbol: str,
       module_env = {"carray": carray}
       module_env.update(env or {})
       try:
-        module_env.update({name: cuda.jit(device=True)(getattr(f, "py_func", f))
+        module_env.update({name: cuda.jit(device=True)(device_source(f))
                            for name, f in callees.items()})
         exec(compile(source, f"<jaxext {what}>", "exec"), module_env)  # noqa: S102 - ours
         with _numpy_for_numba_cuda(), _compiling_for(cc):

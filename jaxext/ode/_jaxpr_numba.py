@@ -87,6 +87,12 @@ class _Writer:
     return name
 
 
+def _suffix(dtype) -> str:
+  """The helper variant of a floating operation: _f32 or _f64 (CUDA's libdevice has one per
+  precision; on the CPU both are NumPy's scalar functions)."""
+  return "_f32" if np.dtype(dtype) == np.float32 else "_f64"
+
+
 def _is_const(a) -> bool:
   return not isinstance(a, str)
 
@@ -147,8 +153,8 @@ _UNARY = {
     "expm1": ("math.expm1({0})", None), "sqrt": ("math.sqrt({0})", np.sqrt),
     "erf": ("math.erf({0})", None), "erfc": ("math.erfc({0})", None),
     "lgamma": ("math.lgamma({0})", None),
-    "abs": ("abs({0})", np.abs), "floor": ("np.floor({0})", np.floor),
-    "ceil": ("np.ceil({0})", np.ceil), "cbrt": ("np.cbrt({0})", None),
+    "abs": ("abs({0})", np.abs), "floor": ("_floor{s}({0})", np.floor),
+    "ceil": ("_ceil{s}({0})", np.ceil), "cbrt": ("_cbrt{s}({0})", None),
     "is_finite": ("math.isfinite({0})", np.isfinite),
     "not": ("(not {0})", np.logical_not), "square": ("({0} * {0})", np.square),
     "log2": ("math.log2({0})", None), "log10": ("math.log10({0})", None),
@@ -160,7 +166,7 @@ _BINARY = {
     "add": ("({0} + {1})", np.add), "add_any": ("({0} + {1})", np.add),
     "sub": ("({0} - {1})", np.subtract), "mul": ("({0} * {1})", np.multiply),
     "atan2": ("math.atan2({0}, {1})", None), "pow": ("({0} ** {1})", None),
-    "rem": ("np.fmod({0}, {1})", np.fmod), "nextafter": ("np.nextafter({0}, {1})", None),
+    "rem": ("_fmod{s}({0}, {1})", np.fmod), "nextafter": ("_nextafter{s}({0}, {1})", None),
     "eq": ("({0} == {1})", np.equal), "ne": ("({0} != {1})", np.not_equal),
     "lt": ("({0} < {1})", np.less), "le": ("({0} <= {1})", np.less_equal),
     "gt": ("({0} > {1})", np.greater), "ge": ("({0} >= {1})", np.greater_equal),
@@ -201,7 +207,7 @@ def _unary_rule(name):
           return _const(fold(a), dtype)
       if name == "neg" and not _is_const(a) and a in w.negated:
         return w.negated[a]
-      out = w.let(template.format(text(a)), dtype)
+      out = w.let(template.format(text(a), s=_suffix(dtype)), dtype)
       if name == "neg":
         w.negated[out] = a
       return out
@@ -242,7 +248,9 @@ def _binary_rule(name):
           return _negate(w, b, dtype)
         if floating and _equals(b, -1):
           return _negate(w, a, dtype)
-      return w.let(template.format(text(a), text(b)), dtype)
+      if name == "rem" and not floating:  # C's remainder (truncating), as XLA's
+        return w.let(f"({text(a)} - {text(b)} * _idiv({text(a)}, {text(b)}))", dtype)
+      return w.let(template.format(text(a), text(b), s=_suffix(dtype)), dtype)
     return _elementwise(w, eqn, [x, y], one)
   return rule
 
@@ -335,12 +343,12 @@ def _round(w, eqn, x):
   method = int(getattr(eqn.params.get("rounding_method", 0), "value",
                        eqn.params.get("rounding_method", 0)))
   if method == 1:  # to nearest even
-    return _elementwise(w, eqn, [x], lambda a: w.let(f"np.rint({text(a)})"))
+    return _elementwise(w, eqn, [x], lambda a: w.let(f"_rint{_suffix(dtype)}({text(a)})"))
   half, one = text(_const(0.5, dtype)), text(_const(1, dtype))
 
   # Away from zero (trunc(x + copysign(0.5, x)) would misround 0.49999999999999994).
   def one_(a):
-    fl = w.let(f"np.floor(abs({text(a)}))")
+    fl = w.let(f"_floor{_suffix(dtype)}(abs({text(a)}))")
     return w.let(f"math.copysign(_where(abs({text(a)}) - {fl} >= {half}, {fl} + {one}, {fl}), "
                  f"{text(a)})")
   return _elementwise(w, eqn, [x], one_)
@@ -935,9 +943,20 @@ def _idiv(a, b):  # pragma: no cover - compiled by Numba inside the generated co
   return q if (a < 0) == (b < 0) else -q
 
 
+_LIBDEVICE = ("floor", "ceil", "rint", "cbrt", "fmod", "nextafter")
+_HELPERS = ("_idiv", "_bitcast", "_where") + tuple(f"_{f}{s}" for f in _LIBDEVICE
+                                                   for s in ("_f32", "_f64"))
+
+
+def _bitcast_codegen(target):
+  def codegen(context, builder, signature, args):
+    return builder.bitcast(args[0], context.get_value_type(target))
+  return codegen
+
+
 @functools.cache
 def _numba_helpers() -> dict:
-  """Functions the generated source may call beside math and np (built on first use: Numba)."""
+  """What the generated source calls beside math and np, for the CPU (Numba)."""
   import numba  # noqa: PLC0415
   import numba.extending  # noqa: PLC0415
 
@@ -947,10 +966,7 @@ def _numba_helpers() -> dict:
     target = getattr(to, "instance_type", None)
     if target is None or not isinstance(x, numba.types.Number):
       return None
-
-    def codegen(context, builder, signature, args):
-      return builder.bitcast(args[0], context.get_value_type(target))
-    return target(x, to), codegen
+    return target(x, to), _bitcast_codegen(target)
 
   @numba.extending.intrinsic
   def _where(typingctx, cond, a, b):
@@ -970,22 +986,65 @@ def _numba_helpers() -> dict:
       return builder.select(c, x, y)
     return out(cond, a, b), codegen
 
-  return {"_idiv": numba.njit(error_model="numpy")(_idiv), "_bitcast": _bitcast,
-          "_where": _where}
+  helpers = {"_idiv": numba.njit(error_model="numpy")(_idiv), "_bitcast": _bitcast,
+             "_where": _where}
+  for f in _LIBDEVICE:
+    helpers[f"_{f}_f32"] = helpers[f"_{f}_f64"] = getattr(np, f)
+  return helpers
+
+
+@functools.cache
+def _cuda_helpers() -> dict:
+  """The same for numba-cuda: libdevice's functions per precision, a conditional expression for
+  the select (nvcc's optimiser makes it one), numba-cuda's own intrinsic for the bitcast."""
+  from numba import cuda  # noqa: PLC0415
+  from numba.cuda import libdevice  # noqa: PLC0415
+  from numba.cuda.extending import intrinsic  # noqa: PLC0415
+
+  @intrinsic
+  def _bitcast(typingctx, x, to):
+    target = getattr(to, "instance_type", None)
+    if target is None:
+      return None
+    return target(x, to), _bitcast_codegen(target)
+
+  def _where(c, a, b):  # pragma: no cover - compiled by numba-cuda
+    return a if c else b
+
+  helpers = {"_idiv": cuda.jit(device=True)(_idiv), "_bitcast": _bitcast,
+             "_where": cuda.jit(device=True)(_where)}
+  for f in _LIBDEVICE:
+    helpers[f"_{f}_f64"] = getattr(libdevice, f)
+    helpers[f"_{f}_f32"] = getattr(libdevice, f + "f")
+  return helpers
+
+
+def _namespace(source: str, helpers: dict) -> dict:
+  namespace = {"math": math, "np": np}
+  if any(f"{h}(" in source for h in _HELPERS):
+    namespace.update(helpers)
+  return namespace
 
 
 @functools.lru_cache(maxsize=256)
 def _compiled_source(source: str, name: str, filename: str):
   import linecache  # noqa: PLC0415
-  namespace = {"math": math, "np": np}
-  if any(f"{helper}(" in source for helper in ("_idiv", "_bitcast", "_where")):
-    namespace.update(_numba_helpers())
+  namespace = _namespace(source, _numba_helpers())
   linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
   exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (our own generated source)
   fn = namespace[name]
   # IEEE arithmetic as jax's: x / 0 is inf or NaN, not Numba's default ZeroDivisionError.
   fn.numba_options = {"error_model": "numpy"}
+  # For numba-cuda: the same code with the helpers bound to their CUDA implementations.
+  fn.for_cuda = functools.cache(lambda: _for_cuda(fn, source))
   return fn
+
+
+def _for_cuda(fn, source):
+  import types  # noqa: PLC0415
+  g = types.FunctionType(fn.__code__, _namespace(source, _cuda_helpers()), fn.__name__)
+  g.__qualname__ = fn.__qualname__
+  return g
 
 
 def function(source: str, name: str):

@@ -25,6 +25,7 @@ from jax.extend.core import Primitive
 from jaxext import _eager
 from jaxext import _jax_compat as compat
 from jaxext.numba_bridge import compile_cpu
+from jaxext.numba_bridge import compile_cuda
 from jaxext.numba_bridge import numba_cuda_kernel
 from jaxext.numba_bridge import numba_kernel
 
@@ -80,7 +81,7 @@ def _row_blocks(t, y, p):
 @functools.lru_cache(maxsize=64)
 def _rhs_rows_cuda(fn, name, boundscheck=False):  # numba-cuda has no bounds checking
   from numba import cuda
-  user = cuda.jit(device=True)(getattr(fn, "py_func", fn))
+  user = cuda.jit(device=True)(compile_cuda.device_source(fn))
 
   def rhs_rows(t, y, p, dydt):
     i = cuda.grid(1)
@@ -98,7 +99,7 @@ def _rhs_rows_cuda(fn, name, boundscheck=False):  # numba-cuda has no bounds che
 @functools.lru_cache(maxsize=64)
 def _gradient_rows_cuda(fn, name, boundscheck=False):
   from numba import cuda
-  user = cuda.jit(device=True)(getattr(fn, "py_func", fn))
+  user = cuda.jit(device=True)(compile_cuda.device_source(fn))
 
   def gradient_rows(t, y, p, dgdt, dgdy, dgdp):
     i = cuda.grid(1)
