@@ -261,7 +261,7 @@ def _jnp_model(t, y, args):
   k, c = args
   drive = jnp.where(y[0] > 0, jnp.floor(t) * 0.0 + jnp.sign(y[1]), jnp.maximum(y[1], -1.0))
   return jnp.stack([y[1], -k * y[0] ** 3 - c * jnp.hypot(y[1], 0.1)
-                    + 0.01 * jax.scipy.special.erf(y[0]) + 0.0 * drive])
+                    + 0.01 * jax.scipy.special.erf(y[0]) + 0.001 * drive])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -76,6 +76,18 @@ FAMILIES = {
                                      + jax.grad(lambda z: jnp.sum(jnp.sin(z) ** 2))(y)),
     "integer_args": lambda t, y, a: (y * a["n"] + (a["n"] % 2) + a["flag"] * y
                                      + jnp.asarray(y > 0, jnp.int32) // 2 + t * y),
+    # XLA's semantics where a naive translation differs: signed zeros and NaN in max, min and
+    # clamp; bitwise not of integers; integer division by zero; saturating float -> int casts;
+    # x.at[i].apply(f); 0 - x at x = 0.
+    "edge_semantics": lambda t, y, a: jnp.stack([
+        jnp.maximum(jnp.where(y[0] > 0, 0.0, -0.0), jnp.where(y[1] > 0, -0.0, 0.0))
+        + jnp.minimum(jnp.where(y[2] > 0, 0.0, -0.0), 0.0 * t),
+        jnp.clip(y[1], jnp.where(y[0] > 1, jnp.nan, -1.0), 1.0)
+        + (~jax.lax.convert_element_type(y[2] * 3, jnp.int32)).astype(y.dtype)
+        + jax.lax.div(jax.lax.convert_element_type(y[0] * 5, jnp.int32), jnp.int32(0)),
+        jax.lax.convert_element_type(y[2] * 1e12, jnp.int32).astype(y.dtype) * 1e-9
+        + jax.lax.convert_element_type(jnp.where(y[0] > 2, jnp.nan, y[0]), jnp.int32)
+        + jnp.arctan2(0.0 - y[0], -1.0)]),
 }
 
 # Agreement of Numba's math library with XLA's: relative (floor 1) differences of a few ulps.
@@ -119,6 +131,10 @@ def assert_close(got, want, tol, what):
   """Equal infinities and NaNs where jax has them; elsewhere relative (floor 1) error <= tol."""
   special = ~np.isfinite(want)
   np.testing.assert_array_equal(got[special], want[special], err_msg=str(what))
+  zeros = want == 0  # signed zeros as XLA gives them (values; Jacobians fold x * 0 to +0)
+  if not (isinstance(what[-1], str) and what[-1] == "Jacobian"):
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]),
+                                  err_msg=f"signs of zeros: {what}")
   assert np.all(np.isfinite(got[~special])), what
   err = np.abs(got[~special] - want[~special]) / np.maximum(1, np.abs(want[~special]))
   assert err.size == 0 or err.max() <= tol, (what, got, want)
@@ -342,6 +358,50 @@ def test_bad_jnp_right_hand_sides(fn, kwargs, error, match):
   with pytest.raises(error, match=match):
     ode.dop853(fn, np.ones((2, 2)) if "lorenz" not in getattr(fn, "name", "") else np.ones((2, 3)),
                (0.0, 1.0), **kwargs)
+
+
+def test_errors_name_the_users_line_and_say_what_to_do():
+  def sorting(t, y, args):
+    return jnp.sort(y)  # inside jnp.sort's own jit: the line named is this one
+  line = sorting.__code__.co_firstlineno + 1
+  with pytest.raises(TypeError, match=rf"'sort'.*ode_jnp_test.py:{line}"):
+    ode.dop853(sorting, np.ones((1, 2)), (0.0, 1.0))
+
+  def branching(t, y, args):
+    if y[0] > 0:  # Python's if on a traced value
+      return -y
+    return y
+  with pytest.raises(jax.errors.TracerBoolConversionError) as err:
+    ode.dop853(branching, np.ones((1, 2)), (0.0, 1.0))
+  assert "jnp.where" in "".join(getattr(err.value, "__notes__", []))
+
+  with pytest.raises(TypeError, match="closes over a traced value.*args="):
+    jax.grad(lambda k: ode.dop853(lambda t, y, a: -k * y, np.ones((1, 2)),
+                                  (0.0, 1.0)).y_final.sum())(1.0)
+
+
+def test_a_function_jax_cannot_differentiate_integrates_and_says_so_when_differentiated():
+  """x.at[i].apply(f) has no JVP in jax: the integration runs (its scatter combines by f), and
+  only a derivative raises, with jax's reason."""
+  f = lambda t, y, a: -y.at[1].apply(jnp.sin)
+  sol = ode.dop853(f, np.array([[1.0, 0.5]]), (0.0, 1.0), rtol=1e-12, atol=1e-12)
+  ref = scipy.integrate.solve_ivp(lambda t, y: -np.array([y[0], np.sin(y[1])]), (0.0, 1.0),
+                                  [1.0, 0.5], method="DOP853", rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(sol.y_final[0], ref.y[:, -1], rtol=1e-12)
+  with pytest.raises(ValueError, match="could not compute.*scatter_apply"):
+    jax.grad(lambda y: ode.dop853(f, y, (0.0, 1.0)).y_final.sum())(np.array([[1.0, 0.5]]))
+
+
+def test_args_axes_as_lists_and_tuples():
+  y0 = lorenz_y0(3)
+  rho = np.array([27.0, 28.0, 29.0])
+  as_list = ode.dop853(lambda t, y, a: lorenz(t, y, (a[0], a[1], a[2])), y0, (0.0, 0.5),
+                       args=[10.0, rho, 8 / 3], args_axes=[None, 0, None]).y_final
+  as_tuple = ode.dop853(lorenz, y0, (0.0, 0.5), args=(10.0, rho, 8 / 3),
+                        args_axes=(None, 0, None)).y_final
+  np.testing.assert_array_equal(as_list, as_tuple)
+  one = ode.dop853(lorenz, y0[1:2], (0.0, 0.5), args=(10.0, 28.0, 8 / 3)).y_final
+  np.testing.assert_array_equal(as_tuple[1:2], one)
 
 
 def test_numba_form_is_still_recognised():

@@ -263,6 +263,15 @@ def test_per_trajectory_spans_and_t_eval_outside():
   np.testing.assert_array_equal(ys[2, 2], y0[2])
   assert np.all(np.isnan(ys[2, [0, 1, 3, 4]]))
   assert int(sol.n_steps[2]) == 0 and int(sol.n_rhs[2]) == 1 and float(sol.t_final[2]) == 2.0
+  # Outside every trajectory's span: refused, as scipy refuses t_eval outside t_span ...
+  with pytest.raises(ValueError, match=r"outside t_span \(\[5.0\]"):
+    ode.dop853(forced, y0, spans, [1.0, 0.0, 0.0, 0.0], t_eval=np.append(te, 5.0))
+  with pytest.raises(ValueError, match="outside t_span"):
+    ode.dop853(forced, y0[:1], (0.0, 1.0), [1.0, 0.0, 0.0, 0.0], t_eval=[0.5, 1.5])
+  # ... and NaN when traced (the check needs values).
+  ys = jax.jit(lambda te: ode.dop853(forced, y0[:1], (0.0, 1.0), [1.0, 0.0, 0.0, 0.0],
+                                     t_eval=te).ys)(np.array([0.5, 1.5]))
+  assert np.all(np.isfinite(ys[0, 0])) and np.all(np.isnan(ys[0, 1]))
 
 
 # --- orbits -----------------------------------------------------------------------------------

@@ -20,8 +20,11 @@ Constants are folded while writing: a value the jaxpr computes from constants on
 identity basis, literals) is evaluated by jax itself at translation time, and per element the
 identities x * 1, x + 0 and x * 0 = 0, 0 / x = 0 are applied. Derivative jaxprs (jax.jacfwd of a
 right-hand side) are mostly products with the zeros and ones of a basis; folding leaves the sparse
-Jacobian a user would write by hand. x * 0 = 0 differs from IEEE arithmetic only where x is
-infinite or NaN, where the integration has already failed (status NON_FINITE).
+Jacobian a user would write by hand. Where IEEE arithmetic would differ: x * 0 and 0 / x give +0
+where IEEE gives -0 (x negative) or NaN (x infinite or NaN, or 0 / 0). In values that only
+matters to functions of the sign of a zero (atan2, copysign, 1 / x) or after the state has gone
+non-finite (the integration then stops with status NON_FINITE); in a Jacobian, an entry jax
+computes as inf * 0 = NaN at a singular point of the function (cbrt'(0) = inf) is 0 here.
 
 Supported primitives are those `_RULES` lists (arithmetic, comparisons, select, the transcendental
 functions, integer_pow/pow, casts, data movement with static indices, dot_general, reductions,
@@ -68,9 +71,16 @@ class _Writer:
     self.where = where
     self.eqn = None  # the equation being written, for error messages
     self.negated: dict[str, str] = {}  # name -> the name it negates (no double negation)
+    self.outer: list = []  # the calls (nested jit, ...) whose bodies are being written
 
   def fail(self, what: str):
-    raise Unsupported(f"{self.where}: {what}{compat.source_line(self.eqn)}")
+    # An equation inside a jax.numpy function's own jit has no user line: the call's has.
+    line = ""
+    for eqn in [self.eqn] + self.outer[::-1]:
+      line = compat.source_line(eqn)
+      if line:
+        break
+    raise Unsupported(f"{self.where}: {what}{line}")
 
   def let(self, expr: str, dtype=None) -> str:
     """A new variable holding `expr`; with `dtype` a narrow integer, cast back to it (Numba
@@ -156,7 +166,7 @@ _UNARY = {
     "abs": ("abs({0})", np.abs), "floor": ("_floor{s}({0})", np.floor),
     "ceil": ("_ceil{s}({0})", np.ceil), "cbrt": ("_cbrt{s}({0})", None),
     "is_finite": ("math.isfinite({0})", np.isfinite),
-    "not": ("(not {0})", np.logical_not), "square": ("({0} * {0})", np.square),
+    "not": ("(not {0})", np.logical_not), "square": ("({0} * {0})", np.square),  # (ints: ~)
     "log2": ("math.log2({0})", None), "log10": ("math.log10({0})", None),
     "copy": ("{0}", None), "copy_p": ("{0}", None), "stop_gradient": ("{0}", None),
     "optimization_barrier": ("{0}", None),
@@ -171,12 +181,28 @@ _BINARY = {
     "lt": ("({0} < {1})", np.less), "le": ("({0} <= {1})", np.less_equal),
     "gt": ("({0} > {1})", np.greater), "ge": ("({0} >= {1})", np.greater_equal),
     # NaN-propagating, as XLA's: a NaN in either operand gives NaN.
-    "max": ("_where(({0} > {1}) | ({0} != {0}), {0}, {1})", np.maximum),
-    "min": ("_where(({0} < {1}) | ({0} != {0}), {0}, {1})", np.minimum),
+    "max": (None, None),  # _minmax
+    "min": (None, None),
 }
 
 _LOGICAL = {"and": ("&", np.bitwise_and), "or": ("|", np.bitwise_or),
             "xor": ("^", np.bitwise_xor)}
+
+
+def _minmax(w, kind, a, b, dtype):
+  """XLA's max/min: NaN if either is NaN, and max(0.0, -0.0) = 0.0, min(0.0, -0.0) = -0.0."""
+  dtype = np.dtype(dtype)
+  if _is_const(a) and _is_const(b):
+    pick_a = (a > b if kind == "max" else a < b) or a != a or (
+        a == b and dtype.kind == "f" and (np.signbit(a) == (kind == "min")))
+    return _const(a if pick_a else b, dtype)
+  ta, tb = text(a), text(b)
+  cmp = ">" if kind == "max" else "<"
+  if dtype.kind != "f":
+    return w.let(f"_where({ta} {cmp} {tb}, {ta}, {tb})", dtype)
+  sign = ">" if kind == "max" else "<"
+  return w.let(f"_where(({ta} {cmp} {tb}) | ({ta} != {ta}) | (({ta} == {tb}) & "
+               f"(math.copysign(1.0, {ta}) {sign} 0.0)), {ta}, {tb})")
 
 
 def _elementwise(w, eqn, ins, scalar):
@@ -202,11 +228,13 @@ def _unary_rule(name):
       return [x]
 
     def one(a):
-      if _is_const(a) and fold is not None:
+      if _is_const(a) and fold is not None and not (name == "not" and a.dtype != np.bool_):
         with np.errstate(all="ignore"):
           return _const(fold(a), dtype)
       if name == "neg" and not _is_const(a) and a in w.negated:
         return w.negated[a]
+      if name == "not" and np.dtype(dtype) != np.bool_:  # bitwise on integers
+        return (_const(np.invert(a), dtype) if _is_const(a) else w.let(f"(~{text(a)})", dtype))
       out = w.let(template.format(text(a), s=_suffix(dtype)), dtype)
       if name == "neg":
         w.negated[out] = a
@@ -224,6 +252,8 @@ def _binary_rule(name):
     floating = np.dtype(dtype).kind == "f"
 
     def one(a, b):
+      if name in ("max", "min"):
+        return _minmax(w, name, a, b, dtype)
       if _is_const(a) and _is_const(b) and fold is not None:
         with np.errstate(all="ignore"):
           return _const(fold(a, b), dtype)
@@ -235,8 +265,6 @@ def _binary_rule(name):
       elif name == "sub":
         if _equals(b, 0):
           return a
-        if _equals(a, 0):
-          return _negate(w, b, dtype)
       elif name == "mul":
         if _equals(a, 0) or _equals(b, 0):
           return zero
@@ -260,7 +288,7 @@ def _negate(w, a, dtype):
     return _const(-a, dtype)
   if a in w.negated:
     return w.negated[a]
-  out = w.let(f"(-{a})")
+  out = w.let(f"(-{a})", dtype)
   w.negated[out] = a
   return out
 
@@ -313,12 +341,12 @@ def _integer_pow(w, eqn, x):
     acc, base, e = None, a, abs(k)
     while e:
       if e & 1:
-        acc = base if acc is None else w.let(f"({text(acc)} * {text(base)})")
+        acc = base if acc is None else w.let(f"({text(acc)} * {text(base)})", dtype)
       e >>= 1
       if e:
-        base = w.let(f"({text(base)} * {text(base)})")
+        base = w.let(f"({text(base)} * {text(base)})", dtype)
     if k < 0:
-      return w.let(f"({text(_const(1, dtype))} / {text(acc)})")
+      return w.let(f"({text(_const(1, dtype))} / {text(acc)})", dtype)
     return acc
   return _elementwise(w, eqn, [x], one)
 
@@ -388,7 +416,15 @@ def _convert(w, eqn, x):
       return a
     if dtype == np.bool_:
       return w.let(f"({a} != 0)")
-    return w.let(_cast_text(a, dtype))
+    if src.kind == "f" and dtype.kind in "iu":
+      # XLA saturates out-of-range values and gives 0 for NaN (a bare cast is undefined there).
+      info = np.iinfo(dtype)
+      lo, hi = text(_const(info.min, dtype)), text(_const(info.max, dtype))
+      lo_f, hi_f = text(_const(float(info.min), src)), text(_const(float(info.max), src))
+      zero = text(_const(0, dtype))
+      return w.let(f"_where({a} != {a}, {zero}, _where({a} >= {hi_f}, {hi}, _where({a} <= "
+                   f"{lo_f}, {lo}, {_cast_text(a, dtype)})))", dtype)
+    return w.let(_cast_text(a, dtype), dtype)
   return _elementwise(w, eqn, [x], one)
 
 
@@ -419,15 +455,12 @@ def _select_n(w, eqn, pred, *cases):
 
 def _clamp(w, eqn, lo, x, hi):
   shape = eqn.outvars[0].aval.shape
+  dtype = eqn.outvars[0].aval.dtype
   lo, x, hi = (np.broadcast_to(a, shape) for a in (lo, x, hi))
   out = np.empty(shape, object)
   for idx in np.ndindex(*shape):
-    a, l, h = x[idx], lo[idx], hi[idx]
-    if _is_const(a) and _is_const(l) and _is_const(h):
-      out[idx] = _const(np.minimum(np.maximum(a, l), h), a.dtype)
-    else:
-      m = w.let(f"_where({text(a)} < {text(l)}, {text(l)}, {text(a)})")
-      out[idx] = w.let(f"_where({m} > {text(h)}, {text(h)}, {m})")
+    # XLA's clamp is min(max(x, lo), hi) with its NaN-propagating max and min.
+    out[idx] = _minmax(w, "min", _minmax(w, "max", x[idx], lo[idx], dtype), hi[idx], dtype)
   return [out]
 
 
@@ -445,7 +478,7 @@ def _sum(w, terms, dtype):
       acc = _const(acc + c, dtype)
     return acc
   expr = " + ".join(text(t) for t in terms)
-  return terms[0] if len(terms) == 1 else w.let(f"({expr})")
+  return terms[0] if len(terms) == 1 else w.let(f"({expr})", dtype)
 
 
 def _product(w, a, b, dtype):
@@ -457,7 +490,7 @@ def _product(w, a, b, dtype):
     return b
   if _equals(b, 1):
     return a
-  return w.let(f"({text(a)} * {text(b)})")
+  return w.let(f"({text(a)} * {text(b)})", dtype)
 
 
 def _reduce(kind):
@@ -490,9 +523,7 @@ def _reduce(kind):
       acc = terms[0]
       for t in terms[1:]:
         if kind in ("max", "min"):
-          template = _BINARY[kind][0]
-          acc = (_const(_BINARY[kind][1](acc, t), dtype) if _is_const(acc) and _is_const(t)
-                 else w.let(template.format(text(acc), text(t))))
+          acc = _minmax(w, kind, acc, t, dtype)
         else:
           op = {"and": "&", "or": "|"}[kind]
           acc = w.let(f"({text(acc)} {op} {text(t)})")
@@ -541,9 +572,7 @@ def _cumulative(kind):
         elif kind == "prod":
           acc = _product(w, acc, t, dtype)
         else:
-          template, fold = _BINARY[kind]
-          acc = (_const(fold(acc, t), dtype) if _is_const(acc) and _is_const(t)
-                 else w.let(template.format(text(acc), text(t))))
+          acc = _minmax(w, kind, acc, t, dtype)
         out[idx + (k,)] = acc
     return [np.moveaxis(out, -1, axis)]
   return rule
@@ -711,19 +740,30 @@ def _scatter(kind):
           mode=p["mode"]))(onehots)).reshape(m, -1)
     out = x.reshape(-1).copy()
     flat_updates = updates.reshape(-1)
+    # `scatter` with an update computation (x.at[i].apply(f)) combines old and new values by it;
+    # the others' combination is their name.
+    update = p.get("update_jaxpr") if kind == "set" else None
+    if update is not None:
+      u_jaxpr, u_consts = _closed(update)
+      u_consts = list(p.get("update_consts", ())) or u_consts
     for i in range(m):
       for j in np.flatnonzero(hits[i]):
         u = flat_updates[i]
-        if kind == "set":
+        if update is not None:
+          args = [np.asarray(out[j], dtype=object).reshape(()),
+                  np.asarray(u, dtype=object).reshape(())][:len(u_jaxpr.invars)]
+          w.outer.append(eqn)
+          out[j] = _run(w, u_jaxpr, u_consts, args)[0][()]
+          w.outer.pop()
+          w.eqn = eqn
+        elif kind == "set":
           out[j] = u
         elif kind == "add":
           out[j] = _sum(w, [out[j], u], dtype)
         elif kind == "mul":
           out[j] = _product(w, out[j], u, dtype)
         else:
-          template, fold = _BINARY[kind]
-          out[j] = (_const(fold(out[j], u), dtype) if _is_const(out[j]) and _is_const(u)
-                    else w.let(template.format(text(out[j]), text(u))))
+          out[j] = _minmax(w, kind, out[j], u, dtype)
     return [out.reshape(x.shape)]
   return rule
 
@@ -856,6 +896,9 @@ def _run(w, jaxpr, consts, args):
     return env[v]
 
   for v, c in zip(jaxpr.constvars, consts):
+    if isinstance(c, jax.core.Tracer):
+      w.fail("the function closes over a traced value (of an enclosing jax.jit, grad or vmap); "
+             "pass it through args= instead, which also lets derivatives reach it")
     env[v] = _constant_array(c)
   for v, a in zip(jaxpr.invars, args):
     env[v] = a
@@ -874,8 +917,10 @@ def _run(w, jaxpr, consts, args):
         w.fail(f"the call '{name}' (no body found)")
       inner, inner_consts = _closed(eqn.params[key])
       n_consts = int(eqn.params.get("num_consts", 0)) if name.startswith("custom_vjp") else 0
+      w.outer.append(eqn)
       outs = _run(w, inner, inner_consts, ins[n_consts:] if n_consts and
                   len(inner.invars) == len(ins) - n_consts else ins)
+      w.outer.pop()
       w.eqn = eqn
     elif name == "iota" or (name in _FOLDABLE and name not in _NO_FOLD and ins and all(
         _is_const(v) for a in ins for v in a.flat)):
@@ -939,6 +984,9 @@ def write_function(closed_jaxpr, *, name: str, where: str, inputs, outputs) -> s
 
 
 def _idiv(a, b):  # pragma: no cover - compiled by Numba inside the generated code
+  """XLA's integer division: truncation toward zero; x / 0 is -1 (all bits set)."""
+  if b == 0:
+    return a - a - 1
   q = abs(a) // abs(b)
   return q if (a < 0) == (b < 0) else -q
 

@@ -71,18 +71,23 @@ class ArgsLayout:
     return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
 
+class _Axes(tuple):
+  """The axes of the leaves under one leaf of args_axes (a tuple subclass: not a pytree node of
+  the user's, unlike a list or tuple they may use)."""
+
+
 def _axes_for(args, args_axes):
   """One axis (0 or None) per leaf of args, from a vmap-style prefix tree."""
   if args_axes is None or isinstance(args_axes, int):
     return [args_axes] * len(jax.tree_util.tree_leaves(args))
   try:
     expanded = jax.tree_util.tree_map(
-        lambda axis, sub: [axis] * len(jax.tree_util.tree_leaves(sub)), args_axes, args,
+        lambda axis, sub: _Axes([axis] * len(jax.tree_util.tree_leaves(sub))), args_axes, args,
         is_leaf=lambda x: x is None)
   except ValueError as err:
     raise ValueError(f"args_axes must be 0, None or a tree prefix of args with 0/None leaves "
                      f"(as jax.vmap's in_axes): {err}") from None
-  return [a for group in jax.tree_util.tree_leaves(expanded, is_leaf=lambda x: isinstance(x, list))
+  return [a for group in jax.tree_util.tree_leaves(expanded, is_leaf=lambda x: isinstance(x, _Axes))
           for a in group]
 
 
@@ -129,10 +134,11 @@ def layout(args, args_axes, count: int, dtype):
 def _trace(fn, avals, where):
   try:
     return jax.make_jaxpr(fn)(*avals)
-  except _jaxpr_numba.Unsupported:
-    raise
   except Exception as err:
-    raise type(err)(f"{where}: tracing it with jax failed: {err}") from err
+    if not isinstance(err, _jaxpr_numba.Unsupported):
+      err.add_note(f"(raised while jax traced {where[len('jaxext.ode.dop853: '):]}: the function "
+                   "runs once on abstract values; branch with jnp.where, not Python's if)")
+    raise
 
 
 def _name(fn, default):
@@ -177,10 +183,21 @@ def rhs(fn, args_layout: ArgsLayout, n: int, dtype) -> functions.Rhs:
   fn_py = _translate(_trace(flat, avals, where), name=f"{base}__jaxext_rhs", where=where,
                      inputs=inputs, outputs=["dydt"])
   jac_where = f"{where} (its Jacobian, by jax.jacfwd)"
-  jac_py = _translate(_trace(jax.jacfwd(flat, argnums=(1, 2)), avals, jac_where),
-                      name=f"{base}__jaxext_jacobian", where=jac_where, inputs=inputs,
-                      outputs=["dfdy", "dfdp"])
-  return functions.Rhs(fn=fn_py, name=name, jacobian=jac_py)
+  jac_py, error = _derivative(lambda: _translate(
+      _trace(jax.jacfwd(flat, argnums=(1, 2)), avals, jac_where),
+      name=f"{base}__jaxext_jacobian", where=jac_where, inputs=inputs, outputs=["dfdy", "dfdp"]),
+      f"{where}: derivatives of the solution need its Jacobian, which jax could not compute")
+  return functions.Rhs(fn=fn_py, name=name, jacobian=jac_py, derivative_error=error)
+
+
+def _derivative(make, what):
+  """(function, None), or (None, the error derivatives will raise) when jax cannot differentiate
+  the user's function (a primitive without a JVP rule, or one the translation lacks): the
+  integration itself does not need it."""
+  try:
+    return make(), None
+  except Exception as err:  # noqa: BLE001 - reported when a derivative is asked for
+    return None, f"{what}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
 
 
 def event(e: functions.Event, index: int, args_layout: ArgsLayout, n: int, dtype
@@ -216,7 +233,9 @@ def event(e: functions.Event, index: int, args_layout: ArgsLayout, n: int, dtype
   fn_py = _translate(_trace(flat, avals, where), name=f"{base}__jaxext_event", where=where,
                      inputs=inputs, outputs=[None])
   grad_where = f"{where} (its gradient, by jax.grad)"
-  grad_py = _translate(_trace(jax.grad(flat, argnums=(0, 1, 2)), avals, grad_where),
-                       name=f"{base}__jaxext_event_gradient", where=grad_where, inputs=inputs,
-                       outputs=[None, "dgdy", "dgdp"])
-  return dataclasses.replace(e, fn=fn_py, gradient=grad_py)
+  grad_py, error = _derivative(lambda: _translate(
+      _trace(jax.grad(flat, argnums=(0, 1, 2)), avals, grad_where),
+      name=f"{base}__jaxext_event_gradient", where=grad_where, inputs=inputs,
+      outputs=[None, "dgdy", "dgdp"]),
+      f"{where}: derivatives through it need its gradient, which jax could not compute")
+  return dataclasses.replace(e, fn=fn_py, gradient=grad_py, derivative_error=error)

@@ -115,7 +115,9 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
       (the default: every leaf is shared by all trajectories), 0 (every leaf has a leading axis of
       size N, and trajectory i sees leaf[i]), or a tree prefix of `args` with 0/None leaves.
     t_eval: None or (T,) times, strictly monotonic in the direction of integration, at which to
-      return the state (from the 7th-order dense output, as scipy does).
+      return the state (from the 7th-order dense output, as scipy does). A time outside every
+      trajectory's t_span raises (scipy's rule); one outside only some trajectories' spans (or
+      any, when t_eval or t_span is traced) gives NaN in those trajectories' rows.
     rtol, atol: relative and absolute tolerances, > 0, scalars or (d,) per component (static).
       rtol defaults to 1e-6 (scipy's default), or to 100 machine epsilons of float32 (1.2e-5)
       for float32 integrations; a given rtol below 100 epsilons of the integration's dtype is
@@ -414,6 +416,16 @@ def _check_t_eval(t_eval, t_span):
     raise ValueError("t_eval must be strictly increasing (or strictly decreasing for backward "
                      "integration)")
   span = _concrete(t_span)
+  if span is not None and span.size:
+    # scipy refuses t_eval outside t_span; with per-trajectory spans a point inside some span
+    # and outside others is NaN for the others (documented), but one inside none is a mistake.
+    lo, hi = span.min(axis=1), span.max(axis=1)
+    inside = (te[:, None] >= lo[None, :]) & (te[:, None] <= hi[None, :])
+    outside = te[~inside.any(axis=1)]
+    if outside.size:
+      raise ValueError(f"t_eval has values outside t_span ({outside[:3].tolist()}"
+                       f"{' ...' if outside.size > 3 else ''} outside every trajectory's span), "
+                       "as scipy refuses; under jit they give NaN")
   if span is not None and span.size and te.size > 1:
     moving = span[:, 1] != span[:, 0]  # t0 == t1: no direction to agree with
     forward = span[:, 1] > span[:, 0]
@@ -625,10 +637,12 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
   if events and user is not None:
     for e in user.events:
       if e.fn is not None and e.gradient is None:
-        raise ValueError(f"jaxext.ode.dop853: derivatives through the event '{e.name}' need its "
+        raise ValueError(e.derivative_error or
+                         f"jaxext.ode.dop853: derivatives through the event '{e.name}' need its "
                          "gradient: define it with @jaxext.ode.event(gradient=...)")
   if user is not None and user.rhs is not None and user.rhs.jacobian is None:
-    raise ValueError(f"jaxext.ode.dop853: derivatives need the Jacobian of the right-hand side "
+    raise ValueError(user.rhs.derivative_error or
+                     f"jaxext.ode.dop853: derivatives need the Jacobian of the right-hand side "
                      f"'{params['name']}': define it with @jaxext.ode.rhs(jacobian=...)")
   model = params["model"]
   dy0 = compat.instantiate_zeros(dy0)

@@ -42,6 +42,9 @@ class Rhs:
   name: str
   jacobian: Callable | None = None
   boundscheck: bool = False
+  # Why a jax.numpy right-hand side has no Jacobian (jax could not differentiate it): the error
+  # derivatives then raise. Plain integrations do not need it.
+  derivative_error: str | None = None
 
 
 def rhs(fn=None, *, name: str | None = None, jacobian: Callable | None = None,
@@ -89,6 +92,7 @@ class Event:
   name: str = "event"
   gradient: Callable | None = None
   boundscheck: bool = False
+  derivative_error: str | None = None  # as Rhs's, for a jax.numpy event
 
   def __post_init__(self):
     if (self.fn is None) == (self.radius is None):
