@@ -282,3 +282,9 @@ def test_jnp_right_hand_side_lowers_and_links(dtype, tmp_path):
   assert _int_attr(grad, "sensitivities") == 1
   ok, log, _ = _link(_attr(grad, "device_code"), dtype, tmp_path)
   assert ok, log
+
+
+def test_dense_output_is_refused_on_cuda():
+  y0 = np.array([[2.0, 0.0], [1.0, 0.5]])
+  with pytest.raises(NotImplementedError, match="CPU only"):
+    _export(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0], dense=True).dense_f, y0)

@@ -1417,3 +1417,128 @@ def test_t1_derivative_of_a_built_in_model_and_of_event_stopped_runs():
   # Starting later from the same state, the whole (autonomous) solution shifts: dt_event/dt0 = 1.
   _, (d_t0, _) = jax.jvp(lambda t0: stop(t0, 5000.0), (0.0,), (1.0,))
   np.testing.assert_allclose(d_t0, [1.0], rtol=1e-6)
+
+
+# --- dense output ------------------------------------------------------------------------------
+
+def _vdp_jnp(t, y, mu):
+  return jnp.stack([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])
+
+
+@pytest.mark.parametrize("form", ["jnp", "numba", "model"])
+def test_dense_output_equals_scipys_sol(form):
+  """evaluate(t) is scipy's solve_ivp(dense_output=True).sol(t): per trajectory, at random times,
+  at every step boundary (scipy's choice of segment) and backward; n_rhs counts the dense
+  output's 3 stages per step as scipy's nfev does."""
+  if form == "model":
+    model = models.earth(j2=True)
+    y0 = np.stack([circular_state(500.0, 0.3), elements_state(9000.0, 0.1, 1.0, 0.5, 0.2, 0.1)])
+    span, f_np, kw = (0.0, 4000.0), [model_np(model, [0.0])] * 2, {}
+    run = lambda y, **k: ode.dop853(model, y, span, rtol=1e-9, atol=1e-9, **k)
+  else:
+    y0 = np.array([[2.0, 0.0], [1.0, 0.5], [-0.5, 1.5]])
+    mu = np.array([1.0, 2.0, 0.5])
+    span, f_np = (0.0, 6.0), [van_der_pol_np([m]) for m in mu]
+    if form == "jnp":
+      run = lambda y, **k: ode.dop853(_vdp_jnp, y, span, args=mu, args_axes=0, rtol=1e-9,
+                                      atol=1e-9, **k)
+    else:
+      run = lambda y, **k: ode.dop853(van_der_pol, y, span, mu[:, None], rtol=1e-9, atol=1e-9,
+                                      **k)
+  for direction in (1, -1):
+    s = span if direction == 1 else span[::-1]
+    run_d = run
+    if direction == -1:  # backward from the forward run's end states
+      ends = np.asarray(run(y0).y_final)
+      if form == "model":
+        run_d = lambda y, **k: ode.dop853(model, y, s, rtol=1e-9, atol=1e-9, **k)
+      elif form == "jnp":
+        run_d = lambda y, **k: ode.dop853(_vdp_jnp, y, s, args=mu, args_axes=0, rtol=1e-9,
+                                          atol=1e-9, **k)
+      else:
+        run_d = lambda y, **k: ode.dop853(van_der_pol, y, s, mu[:, None], rtol=1e-9,
+                                          atol=1e-9, **k)
+      starts = ends
+    else:
+      starts = y0
+    sol = run_d(starts, dense=True)
+    assert sol.dense_t.shape == (len(starts), ode.dop853.__globals__["DEFAULT_DENSE_STEPS"] + 1)
+    rng = np.random.default_rng(3)
+    plain = run_d(starts)
+    # The dense output's 3 stages at every accepted step, as scipy's nfev counts them.
+    np.testing.assert_array_equal(sol.n_rhs, plain.n_rhs + 3 * plain.n_accepted)
+    for i in range(len(starts)):
+      ref = scipy_dop853(f_np[i], s, starts[i], rtol=1e-9, atol=1e-9, dense_output=True)
+      t = np.concatenate([rng.uniform(min(s), max(s), 40), ref.t])
+      got = np.asarray(sol.evaluate(t))[i]
+      want = ref.sol(t).T
+      scale = np.maximum(1.0, np.abs(want))
+      if form == "model":
+        # scipy runs the independent NumPy model (gravity by differences of the potential):
+        # other roundoff and a step more or less, so other interpolants; the same solution to
+        # the interpolants' accuracy (here 1e-4 km of 7000-9000 km orbits). The built-in
+        # model's own interpolants are checked bit for bit against t_eval below.
+        np.testing.assert_allclose(got[:, :3], want[:, :3], rtol=0, atol=1e-4)
+        continue
+      assert int(sol.n_rhs[i]) == ref.nfev and int(sol.n_accepted[i]) == len(ref.t) - 1
+      # (The integrations themselves agree to roundoff, summed in another order: CASES' 1e-10.)
+      assert np.max(np.abs(got - want) / scale) < 1e-10, (form, direction, i)
+    # The interpolants are the ones t_eval evaluates: the same numbers.
+    te = np.linspace(s[0], s[1], 13)
+    np.testing.assert_array_equal(sol.evaluate(te), run_d(starts, t_eval=te).ys)
+
+
+def test_dense_output_limits_and_nan_outside():
+  y0 = np.array([[2.0, 0.0], [1.0, 0.5]])
+  full = ode.dop853(van_der_pol, y0, (0.0, 6.0), [1.0], rtol=1e-9, atol=1e-9, dense=True)
+  few = ode.dop853(van_der_pol, y0, (0.0, 6.0), [1.0], rtol=1e-9, atol=1e-9, dense=5)
+  assert few.dense_t.shape == (2, 6) and few.dense_f.shape == (2, 5, 8, 2)
+  np.testing.assert_array_equal(few.y_final, full.y_final)  # the integration does not change
+  assert np.all(np.asarray(few.n_accepted) > 5)
+  end = np.asarray(few.dense_t)[:, 5]  # the 5th step's end: beyond it, nothing kept
+  for i in range(2):
+    inside = np.linspace(0.0, end[i], 7)
+    np.testing.assert_array_equal(few.evaluate(inside)[i], full.evaluate(inside)[i])
+    assert np.all(np.isnan(few.evaluate(end[i] + 1e-3)[i]))
+  assert np.all(np.isnan(full.evaluate(-0.1))) and np.all(np.isnan(full.evaluate(6.1)))
+  np.testing.assert_allclose(full.evaluate(6.0), full.y_final, rtol=1e-12)
+  # A terminal event: nothing beyond where it stopped.
+  stop = ode.dop853(van_der_pol, y0, (0.0, 6.0), [1.0], dense=True,
+                    events=[ode.event(lambda t, y, p: y[0], terminal=True)])
+  tf = np.asarray(stop.t_final)
+  assert np.all(tf < 6.0)
+  for i in range(2):
+    assert np.all(np.isnan(stop.evaluate(tf[i] + 1e-6)[i]))
+    np.testing.assert_allclose(stop.evaluate(tf[i])[i], stop.y_final[i], atol=1e-12)
+  # t0 == t1: the state at t0 only.
+  zero = ode.dop853(van_der_pol, y0, (1.0, 1.0), [1.0], dense=True)
+  np.testing.assert_array_equal(zero.evaluate(1.0), y0)
+  assert np.all(np.isnan(zero.evaluate(1.5)))
+  with pytest.raises(ValueError, match="dense=True"):
+    ode.dop853(van_der_pol, y0, (0.0, 1.0), [1.0]).evaluate(0.5)
+  with pytest.raises(TypeError, match="dense"):
+    ode.dop853(van_der_pol, y0, (0.0, 1.0), [1.0], dense="yes")
+  with pytest.raises(ValueError, match="dense"):
+    ode.dop853(van_der_pol, y0, (0.0, 1.0), [1.0], dense=-1)
+
+
+def test_dense_output_under_jit_vmap_and_derivatives():
+  y0 = np.array([[2.0, 0.0], [1.0, 0.5]])
+  ts = np.linspace(0.0, 4.0, 9)
+  at = lambda y, mu: ode.dop853(_vdp_jnp, y, (0.0, 4.0), args=mu, rtol=1e-12, atol=1e-12,
+                                dense=200).evaluate(ts)
+  eager = at(y0, 1.5)
+  # (Under jit XLA fuses the polynomial and may contract its multiply-adds: ulps apart.)
+  np.testing.assert_allclose(jax.jit(at)(y0, 1.5), eager, rtol=1e-15, atol=1e-300)
+  batched = jax.vmap(at, in_axes=(0, None))(np.stack([y0, y0[::-1]]), 1.5)
+  np.testing.assert_array_equal(batched[0], eager)
+  np.testing.assert_array_equal(batched[1], eager[::-1])
+  # Against t_eval (the same interpolants), and derivatives: y0 and args through the
+  # sensitivities' interpolants, t through the polynomial (dy/dt ~ f to the tolerance).
+  te = ode.dop853(_vdp_jnp, y0, (0.0, 4.0), args=1.5, t_eval=ts, rtol=1e-12, atol=1e-12).ys
+  np.testing.assert_array_equal(eager, te)
+  check_grads(at, (y0, 1.5), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+  sol = ode.dop853(_vdp_jnp, y0, (0.0, 4.0), args=1.5, rtol=1e-12, atol=1e-12, dense=True)
+  dydt = jax.vmap(jax.jacfwd(lambda t: sol.evaluate(t)), out_axes=1)(ts)  # (N, T, d)
+  f = np.asarray(jax.vmap(jax.vmap(lambda y: _vdp_jnp(0.0, y, 1.5)))(sol.evaluate(ts)))
+  np.testing.assert_allclose(dydt, f, rtol=1e-8, atol=1e-8)

@@ -31,6 +31,8 @@
       .Ret<xla::ffi::AnyBuffer>()                                   \
       .Ret<xla::ffi::AnyBuffer>()                                   \
       .Ret<xla::ffi::AnyBuffer>()                                   \
+      .Ret<xla::ffi::AnyBuffer>()                                   \
+      .Ret<xla::ffi::AnyBuffer>()                                   \
       .Attr<int64_t>("rhs_id")                                      \
       .Attr<std::string_view>("name")                               \
       .Attr<xla::ffi::Span<const double>>("model")                  \
@@ -47,6 +49,7 @@
       .Attr<xla::ffi::Span<const int64_t>>("event_terminal")        \
       .Attr<int64_t>("jac_id")                                      \
       .Attr<int64_t>("sensitivities")                               \
+      .Attr<int64_t>("dense_steps")                                 \
       .Attr<std::string_view>("device_code")
 
 namespace jaxext {
@@ -55,6 +58,7 @@ namespace jaxext {
 struct Dop853Shape {
   int64_t count, n, np, n_aug, m, kslots;  // trajectories, state, params, state + sensitivities,
                                            // t_eval points, event slots
+  int64_t dense_steps;                     // steps whose dense output is kept (0: none)
 };
 
 // Fills `s` and returns "" when the operands, results and attribute sizes agree; otherwise what
@@ -67,10 +71,12 @@ inline std::string GetDop853Shape(const xla::ffi::AnyBuffer& y0, const xla::ffi:
                                   const xla::ffi::AnyBuffer& stats,
                                   const xla::ffi::AnyBuffer& t_events,
                                   const xla::ffi::AnyBuffer& y_events,
-                                  const xla::ffi::AnyBuffer& event_counts, size_t n_rtol,
+                                  const xla::ffi::AnyBuffer& event_counts,
+                                  const xla::ffi::AnyBuffer& dense_t,
+                                  const xla::ffi::AnyBuffer& dense_f, size_t n_rtol,
                                   size_t n_atol, int64_t n_events,
                                   std::initializer_list<size_t> event_attrs, bool sensitivities,
-                                  Dop853Shape* s) {
+                                  int64_t dense_steps, Dop853Shape* s) {
   const auto dims = y0.dimensions();
   if (dims.size() != 2) return "y0 must have rank 2";
   if (params.dimensions().size() != 2) return "params must have rank 2";
@@ -96,10 +102,18 @@ inline std::string GetDop853Shape(const xla::ffi::AnyBuffer& y0, const xla::ffi:
       static_cast<int64_t>(event_counts.element_count()) != count * n_events) {
     return "operand and result shapes disagree";
   }
+  // Without a dense output its results are empty.
+  if (dense_steps < 0 ||
+      static_cast<int64_t>(dense_t.element_count()) !=
+          (dense_steps > 0 ? count * (dense_steps + 1) : 0) ||
+      static_cast<int64_t>(dense_f.element_count()) !=
+          count * dense_steps * (dop853::kDense + 1) * n_aug) {
+    return "dense output result shapes disagree with dense_steps";
+  }
   if (static_cast<int64_t>(n_rtol) != n || static_cast<int64_t>(n_atol) != n) {
     return "rtol and atol must have one value per state component";
   }
-  *s = Dop853Shape{count, n, np, n_aug, m, kslots};
+  *s = Dop853Shape{count, n, np, n_aug, m, kslots, dense_steps};
   return "";
 }
 

@@ -82,16 +82,18 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
                         ffi::Result<ffi::AnyBuffer> t_final, ffi::Result<ffi::AnyBuffer> y_final,
                         ffi::Result<ffi::AnyBuffer> stats, ffi::Result<ffi::AnyBuffer> t_events,
                         ffi::Result<ffi::AnyBuffer> y_events,
-                        ffi::Result<ffi::AnyBuffer> event_counts, const Attrs& a) {
+                        ffi::Result<ffi::AnyBuffer> event_counts,
+                        ffi::Result<ffi::AnyBuffer> dense_t, ffi::Result<ffi::AnyBuffer> dense_f,
+                        const Attrs& a) {
   const int64_t n_events = a.n_events;
   const bool sensitivities = a.sensitivities != 0;
   Dop853Shape shape;
   if (const std::string bad = GetDop853Shape(
           y0, params, t_span, t_eval, *ys, *t_final, *y_final, *stats, *t_events, *y_events,
-          *event_counts, a.rtol.size(), a.atol.size(), n_events,
+          *event_counts, *dense_t, *dense_f, a.rtol.size(), a.atol.size(), n_events,
           {a.event_kinds.size(), a.event_ids.size(), a.event_consts.size(),
            a.event_directions.size(), a.event_terminal.size()},
-          sensitivities, &shape);
+          sensitivities, a.dense_steps, &shape);
       !bad.empty()) {
     return ErrorFuture(Invalid(bad));
   }
@@ -159,6 +161,8 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
   T* tep = t_events->typed_data<T>();
   T* yep = y_events->typed_data<T>();
   int32_t* cp = event_counts->typed_data<int32_t>();
+  T* dtp = shape.dense_steps > 0 ? dense_t->typed_data<T>() : nullptr;
+  T* dfp = shape.dense_steps > 0 ? dense_f->typed_data<T>() : nullptr;
   // Trajectories cost from microseconds to seconds each: every worker (the pool's threads and
   // the caller) takes them one at a time from a shared counter into its lanes.
   // Few trajectories for many threads: fewer lanes each, so that no thread takes kLanes while
@@ -171,7 +175,8 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
   // the attributes' views and the events' pointers into XLA's attribute storage, as before).
   return ParallelForDynamic(pool, workers, 1, [=](int64_t, int64_t) {
     const Job<T> job{next.get(), count, max_lanes, &a,  &events, n,   np,  n_aug, m,  kslots,
-                     y0p,        pp,    sp,        tp,  ysp,     tfp, yfp, stp,   tep, yep, cp};
+                     y0p,        pp,    sp,        tp,  ysp,     tfp, yfp, stp,   tep, yep, cp,
+                     shape.dense_steps, dtp, dfp};
     const orbit::Model<T>* mp = &model;
     constexpr bool f32 = std::is_same_v<T, float>;
     if (!sensitivities) {
@@ -216,7 +221,9 @@ ffi::Future Dop853Impl(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer p
                        ffi::Result<ffi::AnyBuffer> t_final, ffi::Result<ffi::AnyBuffer> y_final,
                        ffi::Result<ffi::AnyBuffer> stats, ffi::Result<ffi::AnyBuffer> t_events,
                        ffi::Result<ffi::AnyBuffer> y_events,
-                       ffi::Result<ffi::AnyBuffer> event_counts, int64_t rhs_id,
+                       ffi::Result<ffi::AnyBuffer> event_counts,
+                       ffi::Result<ffi::AnyBuffer> dense_t, ffi::Result<ffi::AnyBuffer> dense_f,
+                       int64_t rhs_id,
                        std::string_view name, ffi::Span<const double> model,
                        ffi::Span<const double> rtol, ffi::Span<const double> atol,
                        double first_step, double max_step, int64_t max_steps, int64_t n_events,
@@ -224,11 +231,12 @@ ffi::Future Dop853Impl(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer p
                        ffi::Span<const double> event_consts,
                        ffi::Span<const int64_t> event_directions,
                        ffi::Span<const int64_t> event_terminal, int64_t jac_id,
-                       int64_t sensitivities, std::string_view /*device_code: CUDA's*/) {
+                       int64_t sensitivities, int64_t dense_steps,
+                       std::string_view /*device_code: CUDA's*/) {
   const Attrs a{rhs_id,    name,         model,           rtol,           atol,
                 first_step, max_step,    max_steps,       n_events,       event_kinds,
                 event_ids, event_consts, event_directions, event_terminal, jac_id,
-                sensitivities};
+                sensitivities, dense_steps};
   if (stats->element_type() != ffi::DataType::S32 ||
       event_counts->element_type() != ffi::DataType::S32) {
     return ErrorFuture(Invalid("stats and event counts must be int32"));
@@ -236,10 +244,10 @@ ffi::Future Dop853Impl(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer p
   switch (y0.element_type()) {
     case ffi::DataType::F32:
       return Dop853Typed<float>(pool, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
-                                t_events, y_events, event_counts, a);
+                                t_events, y_events, event_counts, dense_t, dense_f, a);
     case ffi::DataType::F64:
       return Dop853Typed<double>(pool, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
-                                 t_events, y_events, event_counts, a);
+                                 t_events, y_events, event_counts, dense_t, dense_f, a);
     default:
       return ErrorFuture(Invalid("float32 or float64 states only"));
   }

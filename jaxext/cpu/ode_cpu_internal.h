@@ -184,7 +184,7 @@ struct Attrs {
   ffi::Span<const int64_t> event_kinds, event_ids;
   ffi::Span<const double> event_consts;
   ffi::Span<const int64_t> event_directions, event_terminal;
-  int64_t jac_id, sensitivities;
+  int64_t jac_id, sensitivities, dense_steps;
 };
 
 // Trajectories integrated side by side per thread (kLanes): their stages alternate, so that the
@@ -209,6 +209,8 @@ struct Job {
   int32_t* stats;
   T *t_events, *y_events;
   int32_t* counts;
+  int64_t dense_steps;  // each trajectory's dense output: (dense_steps + 1) times and
+  T *dense_t, *dense_f;  // dense_steps x (kDense + 1) x n_aug values (when dense_steps > 0)
 };
 
 // Integrates trajectories j = (*next)++ while j < count, up to max_lanes (<= kLanes) at a time.
@@ -306,6 +308,11 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
                                  t_final + j,
                                  y_final + j * n_aug,
                                  stats + j * 4};
+      if (job.dense_steps > 0) {
+        l.out.dense_steps = job.dense_steps;
+        l.out.dense_t = job.dense_t + j * (job.dense_steps + 1);
+        l.out.dense_f = job.dense_f + j * job.dense_steps * (dop853::kDense + 1) * n_aug;
+      }
       bool params_finite = true;
       for (int64_t k2 = 0; k2 < np; ++k2) params_finite = params_finite && dop853::Finite(p[k2]);
       for (int64_t i = 0; i < n; ++i) l.start[i] = y0[j * n + i];

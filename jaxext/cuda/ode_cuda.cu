@@ -258,7 +258,9 @@ ffi::Error UserDop853(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer par
                       ffi::Result<ffi::AnyBuffer> ys, ffi::Result<ffi::AnyBuffer> t_final,
                       ffi::Result<ffi::AnyBuffer> y_final, ffi::Result<ffi::AnyBuffer> stats,
                       ffi::Result<ffi::AnyBuffer> t_events, ffi::Result<ffi::AnyBuffer> y_events,
-                      ffi::Result<ffi::AnyBuffer> event_counts, std::string_view name,
+                      ffi::Result<ffi::AnyBuffer> event_counts,
+                      ffi::Result<ffi::AnyBuffer> dense_t, ffi::Result<ffi::AnyBuffer> dense_f,
+                      int64_t dense_steps, std::string_view name,
                       ffi::Span<const double> rtol, ffi::Span<const double> atol,
                       double first_step, double max_step, int64_t max_steps, int64_t n_events,
                       ffi::Span<const int64_t> event_kinds, ffi::Span<const double> event_consts,
@@ -271,13 +273,14 @@ ffi::Error UserDop853(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer par
   Dop853Shape shape;
   if (const std::string bad = GetDop853Shape(
           y0, params, t_span, t_eval, *ys, *t_final, *y_final, *stats, *t_events, *y_events,
-          *event_counts, rtol.size(), atol.size(), n_events,
+          *event_counts, *dense_t, *dense_f, rtol.size(), atol.size(), n_events,
           {event_kinds.size(), event_consts.size(), event_directions.size(),
            event_terminal.size()},
-          sensitivities != 0, &shape);
+          sensitivities != 0, dense_steps, &shape);
       !bad.empty()) {
     return invalid(bad);
   }
+  if (dense_steps != 0) return invalid("the dense output is computed on the CPU only");
   const int64_t count = shape.count, n = shape.n, np = shape.np, n_aug = shape.n_aug;
   const int64_t m = shape.m, kslots = shape.kslots;
   if (device_code.empty()) return invalid("the user's functions came without device code");
@@ -351,7 +354,9 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
                        ffi::Result<ffi::AnyBuffer> ys, ffi::Result<ffi::AnyBuffer> t_final,
                        ffi::Result<ffi::AnyBuffer> y_final, ffi::Result<ffi::AnyBuffer> stats,
                        ffi::Result<ffi::AnyBuffer> t_events, ffi::Result<ffi::AnyBuffer> y_events,
-                       ffi::Result<ffi::AnyBuffer> event_counts, ffi::Span<const double> model,
+                       ffi::Result<ffi::AnyBuffer> event_counts,
+                       ffi::Result<ffi::AnyBuffer> dense_t, ffi::Result<ffi::AnyBuffer> dense_f,
+                       int64_t dense_steps, ffi::Span<const double> model,
                        ffi::Span<const double> rtol, ffi::Span<const double> atol,
                        double first_step, double max_step,
                        int64_t max_steps, int64_t n_events, ffi::Span<const int64_t> event_kinds,
@@ -361,13 +366,14 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
   Dop853Shape shape;
   if (const std::string bad = GetDop853Shape(
           y0, params, t_span, t_eval, *ys, *t_final, *y_final, *stats, *t_events, *y_events,
-          *event_counts, rtol.size(), atol.size(), n_events,
+          *event_counts, *dense_t, *dense_f, rtol.size(), atol.size(), n_events,
           {event_kinds.size(), event_consts.size(), event_directions.size(),
            event_terminal.size()},
-          sensitivities != 0, &shape);
+          sensitivities != 0, dense_steps, &shape);
       !bad.empty()) {
     return Invalid(bad);
   }
+  if (dense_steps != 0) return Invalid("the dense output is computed on the CPU only");
   const int64_t count = shape.count, np = shape.np, m = shape.m, kslots = shape.kslots;
   if (shape.n != kN) return Invalid("the built-in models need n = 6");
   if (sensitivities != 0 && np > kMaxParams) {
@@ -421,13 +427,14 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
       ffi::AnyBuffer t_eval, ffi::Result<ffi::AnyBuffer> ys, ffi::Result<ffi::AnyBuffer> t_final, \
       ffi::Result<ffi::AnyBuffer> y_final, ffi::Result<ffi::AnyBuffer> stats,                     \
       ffi::Result<ffi::AnyBuffer> t_events, ffi::Result<ffi::AnyBuffer> y_events,                 \
-      ffi::Result<ffi::AnyBuffer> event_counts, int64_t rhs_id, std::string_view name,           \
+      ffi::Result<ffi::AnyBuffer> event_counts, ffi::Result<ffi::AnyBuffer> dense_t,             \
+      ffi::Result<ffi::AnyBuffer> dense_f, int64_t rhs_id, std::string_view name,                \
       ffi::Span<const double> model, ffi::Span<const double> rtol, ffi::Span<const double> atol, \
       double first_step, double max_step, int64_t max_steps, int64_t n_events,                   \
       ffi::Span<const int64_t> event_kinds, ffi::Span<const int64_t> event_ids,                  \
       ffi::Span<const double> event_consts, ffi::Span<const int64_t> event_directions,           \
       ffi::Span<const int64_t> event_terminal, int64_t jac_id, int64_t sensitivities,            \
-      std::string_view device_code
+      int64_t dense_steps, std::string_view device_code
 
 // Execute: rhs_id 0 runs a built-in model; otherwise the user's functions in device_code.
 ffi::Error Dop853Impl(JAXEXT_DOP853_CUDA_PARAMS) {
@@ -439,12 +446,14 @@ ffi::Error Dop853Impl(JAXEXT_DOP853_CUDA_PARAMS) {
     using T = decltype(zero);
     if (rhs_id != 0) {
       return UserDop853<T>(stream, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
-                           t_events, y_events, event_counts, name, rtol, atol, first_step,
+                           t_events, y_events, event_counts, dense_t, dense_f, dense_steps,
+                           name, rtol, atol, first_step,
                            max_step, max_steps, n_events, event_kinds, event_consts,
                            event_directions, event_terminal, sensitivities, device_code);
     }
     return Dop853Typed<T>(stream, y0, params, t_span, t_eval, ys, t_final, y_final, stats,
-                          t_events, y_events, event_counts, model, rtol, atol, first_step,
+                          t_events, y_events, event_counts, dense_t, dense_f, dense_steps, model,
+                          rtol, atol, first_step,
                           max_step, max_steps, n_events, event_kinds, event_consts,
                           event_directions, event_terminal, sensitivities);
   };

@@ -15,7 +15,9 @@
 //   * events: sign changes of g between step ends (scipy's find_active_events, with directions),
 //     located by Brent's method on the dense output to 4 eps, terminal after a given count;
 //   * t_eval points inside each step evaluated on its dense output; right-hand side evaluations
-//     counted as scipy's nfev counts them (the dense output's 3 stages only when a step needs it).
+//     counted as scipy's nfev counts them (the dense output's 3 stages only when a step needs it);
+//   * on request (Outputs::dense_steps, CPU only), every accepted step's interpolant kept, as
+//     scipy's dense_output=True keeps them (its 3 stages then computed at every step).
 //
 // The state is integrated in T (float or double); the coefficients are scipy's doubles rounded to T.
 // Nothing here allocates or knows about XLA: the caller gives a workspace of WorkspaceSize(n)
@@ -170,6 +172,13 @@ struct Outputs {
   T* t_final;              // 1: where integration stopped
   T* y_final;              // n: the state there
   int32_t* stats;          // 4: status, step attempts, accepted steps, right-hand side evaluations
+  // The dense output of every accepted step, up to dense_steps of them (host code only; 0: none):
+  // step k spans dense_t[k] .. dense_t[k + 1] (its start and its end, the end where it reached,
+  // not where a terminal event cut it), and dense_f[k] holds its rows F[0..kDense-1] and then
+  // y_old ((kDense + 1) x n): scipy's Dop853DenseOutput(t_old, t, y_old, F).
+  int64_t dense_steps = 0;
+  T* dense_t = nullptr;    // dense_steps + 1
+  T* dense_f = nullptr;    // dense_steps x (kDense + 1) x n
 };
 
 // Elements of T the integrator needs per trajectory.
@@ -270,6 +279,12 @@ class Integrator {
     for (int64_t i = 0; i < n_events * out.event_slots; ++i) out.t_events[i] = Nan<T>();
     for (int64_t i = 0; i < n_events * out.event_slots * n; ++i) out.y_events[i] = Nan<T>();
     for (int e = 0; e < n_events; ++e) out.event_counts[e] = 0;
+#if !defined(__CUDA_ARCH__)
+    if (out.dense_steps > 0) {
+      for (int64_t i = 0; i <= out.dense_steps; ++i) out.dense_t[i] = Nan<T>();
+      for (int64_t i = 0; i < out.dense_steps * (kDense + 1) * n; ++i) out.dense_f[i] = Nan<T>();
+    }
+#endif
     steps_ = accepted_ = nfev_ = 0;
     t_ = t0;
     t1_ = t1;
@@ -383,6 +398,7 @@ class Integrator {
     ++accepted_;
     t_old_ = t_;
     t_ = t_new_;
+    t_end_ = t_new_;
     h_ = h_try_;
     h_abs_ = ha_;
     fresh_ = true;
@@ -400,6 +416,19 @@ class Integrator {
     }
     dense_ready_ = false;
     const bool finished = dir_ * (t_ - t1_) >= 0;
+#if !defined(__CUDA_ARCH__)
+    if (out.dense_steps > 0) {  // (the step's end, before a terminal event moves t_ to its root)
+      if (!Dense()) return Finish(kCallbackFailed, out);
+      if (accepted_ <= out.dense_steps) {
+        const int64_t k = accepted_ - 1;
+        out.dense_t[k] = t_old_;
+        out.dense_t[k + 1] = t_;
+        T* rows = out.dense_f + k * (kDense + 1) * n;
+        for (int64_t i = 0; i < kDense * n; ++i) rows[i] = f_[At(i)];
+        for (int i = 0; i < n; ++i) rows[kDense * n + i] = y_old_[At(i)];
+      }
+    }
+#endif
 
     bool terminate = false;
     if (events_.size() > 0) {
@@ -635,7 +664,9 @@ class Integrator {
   // stride] (stride 1: an output row; kStride: the workspace).
   JAXEXT_HD_FUNC void DenseAt(T t, T* out, int64_t stride) const {
     const int n = N();
-    const T x = (t - t_old_) / h_;
+    // scipy's Dop853DenseOutput scales by the step's end minus its start (t - t_old), not by the
+    // step size h it was computed with: the same x to the last bit.
+    const T x = (t - t_old_) / (t_end_ - t_old_);
     JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) {
       T v = 0;
@@ -805,7 +836,7 @@ class Integrator {
   const int n_, nc_;
   const Settings<T> s_;
   T *k_, *f_, *y_, *y_new_, *y_old_, *tmp_, *scratch_, *g_old_, *g_new_;
-  T t_ = 0, t_old_ = 0, h_ = 0, dir_ = 1, t1_ = 0;
+  T t_ = 0, t_old_ = 0, t_end_ = 0, h_ = 0, dir_ = 1, t1_ = 0;  // t_end_: the last step's end
   T h_abs_ = 0, ha_ = 0, min_step_ = 0, t_new_ = 0, h_try_ = 0;  // step control between phases
   bool dense_ready_ = false, fresh_ = true, rejected_ = false, nonfinite_trial_ = false;
   int64_t ie_ = 0;  // next t_eval point

@@ -73,6 +73,11 @@ class Solution(NamedTuple):
   t_events:     (N, E, K) the first K occurrences of each event, NaN-padded
   y_events:     (N, E, K, d) the state there
   event_counts: (N, E) int32 occurrences of each event (may exceed K: only K are stored)
+  dense_t:      with dense=S: (N, S + 1) the kept steps' boundaries (NaN-padded), else None
+  dense_f:      with dense=S: (N, S, 8, d) each kept step's interpolant (scipy's
+                Dop853DenseOutput: rows F[0..6], then y_old), else None
+
+  `evaluate(t)` evaluates the dense output (see its docstring).
   """
   ys: jax.Array
   t_final: jax.Array
@@ -84,6 +89,22 @@ class Solution(NamedTuple):
   t_events: jax.Array
   y_events: jax.Array
   event_counts: jax.Array
+  dense_t: jax.Array | None = None
+  dense_f: jax.Array | None = None
+
+  def evaluate(self, t) -> jax.Array:
+    """The solution at times `t` (a scalar: (N, d); shape (T,): (N, T, d)) from the dense output
+    of a `dop853(..., dense=True)` run: each trajectory's own step interpolants, exactly as
+    scipy's `solve_ivp(..., dense_output=True).sol(t)` evaluates them (the same segment for a t
+    on a step boundary). NaN for a t outside [t0, t_final] of that trajectory, or beyond its last
+    kept step (only the first S steps are kept: n_accepted > S). Jittable and vmappable;
+    differentiable with respect to t and, through dop853's derivatives, y0, params/args and t0.
+    Eagerly the values are those t_eval gives, bit for bit; under jit XLA fuses the polynomial
+    and may contract its multiply-adds (a few ulps apart).
+    """
+    if self.dense_t is None or self.dense_f is None:
+      raise ValueError("Solution.evaluate needs the dense output: call dop853(..., dense=True)")
+    return _evaluate(self.dense_t, self.dense_f, self.n_accepted, self.t_final, self.y_final, t)
 
 
 dop853_p = Primitive("jaxext_dop853")
@@ -92,7 +113,7 @@ dop853_p.multiple_results = True
 
 def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=None, rtol=None,
            atol=1e-9, events=(), max_steps: int = 100_000, first_step=None, max_step=None,
-           event_slots: int = 8) -> Solution:
+           event_slots: int = 8, dense: bool | int = False) -> Solution:
   """Integrates dy/dt = rhs(t, y, p) for N trajectories with DOP853 (scipy's algorithm).
 
   Args:
@@ -131,6 +152,10 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
     first_step: initial step size (> 0); None selects it as scipy does.
     max_step: largest step size; None for no limit.
     event_slots: K, occurrences stored per event and trajectory.
+    dense: keep every accepted step's interpolant for `Solution.evaluate(t)` (scipy's
+      dense_output=True): True keeps up to 1000 steps per trajectory, an int S up to S (memory:
+      N x S x 8 x d values). As in scipy, each step then evaluates the right-hand side 3 more
+      times (n_rhs counts them). CPU only for now.
 
   Returns:
     A `Solution` (see its fields). Non-finite inputs of one trajectory set its status to NON_FINITE
@@ -296,11 +321,13 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
       if isinstance(err, compile_cpu.ConventionError):
         raise
 
+  dense_steps = _dense_steps(dense)
   outs = dop853_p.bind(y0, params, t_span, t_eval, user=user, name=str(name),
                        model=constants, rtol=rtol, atol=atol, first_step=float(first_step),
                        max_step=float(max_step), max_steps=max_steps, events=tuple(spec),
-                       event_slots=event_slots if spec else 0, sensitivities=False)
-  ys, t_final, y_final, stats, t_events, y_events, counts = outs
+                       event_slots=event_slots if spec else 0, sensitivities=False,
+                       dense_steps=dense_steps)
+  ys, t_final, y_final, stats, t_events, y_events, counts, dense_t, dense_f = outs
   status = stats[:, 0]
   bad = _traced_t_eval_check(t_eval, t_span)
   if bad is not None:
@@ -311,7 +338,61 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
     status = jnp.where(bad, jnp.int32(Status.BAD_T_EVAL), status)
   return Solution(ys=ys, t_final=t_final, y_final=y_final, status=status,
                   n_steps=stats[:, 1], n_accepted=stats[:, 2], n_rhs=stats[:, 3],
-                  t_events=t_events, y_events=y_events, event_counts=counts)
+                  t_events=t_events, y_events=y_events, event_counts=counts,
+                  dense_t=dense_t if dense_steps else None,
+                  dense_f=dense_f if dense_steps else None)
+
+
+DEFAULT_DENSE_STEPS = 1000
+
+
+def _dense_steps(dense) -> int:
+  if isinstance(dense, (bool, np.bool_)):
+    return DEFAULT_DENSE_STEPS if dense else 0
+  try:
+    steps = operator.index(dense)
+  except TypeError:
+    raise TypeError(f"dense must be a bool or an int (steps kept); got {type(dense).__name__}"
+                    ) from None
+  if not 1 <= steps <= _MAX_STEPS_LIMIT:
+    raise ValueError(f"dense: the steps kept must be in [1, {_MAX_STEPS_LIMIT}]; got {steps}")
+  return steps
+
+
+def _evaluate(dense_t, dense_f, n_accepted, t_final, y_final, t):
+  """Solution.evaluate: per trajectory, scipy's OdeSolution segment choice and
+  Dop853DenseOutput._call_impl."""
+  t = jnp.asarray(t, dense_t.dtype)
+  if t.ndim > 1:
+    raise ValueError(f"evaluate: t must be a scalar or 1-D; got shape {t.shape}")
+  scalar = t.ndim == 0
+  t = jnp.atleast_1d(t)
+  kept = dense_t.shape[1] - 1
+  rows = dense_f.shape[2] - 1  # F[0..6]
+
+  def one(ts, fs, accepted, tf, yf):
+    k = jnp.minimum(accepted, kept)  # steps kept
+    backward = ts[1] < ts[0]
+    sign = jnp.where(backward, -1, 1).astype(ts.dtype)
+    index = jnp.arange(kept + 1)
+    s = jnp.where(index <= k, sign * ts, jnp.inf)  # ascending in the direction of integration
+    u = sign * t
+    # scipy's OdeSolution: the segment whose closed end holds t (the earlier one at a boundary).
+    segment = jnp.clip(jnp.searchsorted(s, u, side="left") - 1, 0, jnp.maximum(k - 1, 0))
+    t_old, t_new = ts[segment], ts[segment + 1]
+    f = fs[segment]  # (T, 8, d)
+    x = ((t - t_old) / (t_new - t_old))[:, None]
+    y = jnp.zeros(f.shape[:1] + f.shape[2:], f.dtype)
+    for i, r in enumerate(range(rows - 1, -1, -1)):
+      y = (y + f[:, r]) * (x if i % 2 == 0 else 1 - x)
+    y = y + f[:, rows]
+    inside = (u >= s[0]) & (u <= sign * tf) & (u <= s[jnp.maximum(k, 0)]) & (k > 0)
+    y = jnp.where(inside[:, None], y, jnp.nan)
+    # No step taken (t0 == t1, or a failure at the start): the state at t0 only.
+    return jnp.where(((k == 0) & (t == tf))[:, None], yf, y)
+
+  out = jax.vmap(one)(dense_t, dense_f, n_accepted, t_final, y_final)
+  return out[:, 0] if scalar else out
 
 
 def _native_module(platform: str = "cpu"):
@@ -471,12 +552,16 @@ def _positive(value, what, allow_inf=False):
   return v
 
 
-def _result_shapes(count, n, m, n_events, slots, dtype):
+DENSE_ROWS = 8  # jaxext/kernels/dop853.h kDense + 1: F[0..6], then y_old
+
+
+def _result_shapes(count, n, m, n_events, slots, dtype, dense_steps=0):
   """n: the state size, or the augmented one (state and sensitivities) with sensitivities."""
   i32 = np.dtype(np.int32)
   return ((count, m, n), dtype), ((count,), dtype), ((count, n), dtype), ((count, 4), i32), \
       ((count, n_events, slots), dtype), ((count, n_events, slots, n), dtype), \
-      ((count, n_events), i32)
+      ((count, n_events), i32), ((count, dense_steps + 1 if dense_steps else 0), dtype), \
+      ((count, dense_steps, DENSE_ROWS, n), dtype)
 
 
 def _augmented_size(n, p, sensitivities):
@@ -523,7 +608,7 @@ def _check_attributes(n, user, model, rtol, atol, first_step, max_step, max_step
 
 
 def _abstract_eval(y0, params, t_span, t_eval, *, user, model, rtol, atol, first_step, max_step,
-                   max_steps, events, event_slots, sensitivities, **_):
+                   max_steps, events, event_slots, sensitivities, dense_steps=0, **_):
   if y0.ndim != 2 or not kernel_float(y0.dtype):
     raise TypeError(f"dop853_p: y0 must be (N, d) float32 or float64; got {y0.dtype}{list(y0.shape)}")
   count, n = y0.shape
@@ -535,9 +620,13 @@ def _abstract_eval(y0, params, t_span, t_eval, *, user, model, rtol, atol, first
   if params.ndim != 2 or params.shape[0] != count or t_span.shape != (count, 2) or \
       t_eval.ndim != 1:
     raise TypeError("dop853_p: operand shapes disagree")
+  if not static_int(dense_steps) or not 0 <= dense_steps <= _MAX_STEPS_LIMIT:
+    raise TypeError(f"dop853_p: dense_steps must be an int in [0, {_MAX_STEPS_LIMIT}]; got "
+                    f"{dense_steps!r}")
   n_out = _augmented_size(n, params.shape[1], sensitivities)
   return tuple(jax.core.ShapedArray(s, d) for s, d in
-               _result_shapes(count, n_out, t_eval.shape[0], len(events), event_slots, y0.dtype))
+               _result_shapes(count, n_out, t_eval.shape[0], len(events), event_slots, y0.dtype,
+                              dense_steps))
 
 
 dop853_p.def_abstract_eval(_abstract_eval)
@@ -551,10 +640,14 @@ _CUDA_MAX_AUGMENTED = 256
 
 
 def _lowering(ctx, y0, params, t_span, t_eval, *, platform, user, name, model, rtol, atol,
-              first_step, max_step, max_steps, events, event_slots, sensitivities):
+              first_step, max_step, max_steps, events, event_slots, sensitivities,
+              dense_steps=0):
   count, n = y0.type.shape
   p = params.type.shape[1]
   dtype = ctx.avals_in[0].dtype
+  if platform != "cpu" and dense_steps:
+    raise NotImplementedError("jaxext.ode.dop853: the dense output (dense=True) is computed on "
+                              "the CPU only for now")
   if platform != "cpu":  # CUDA: one thread per trajectory
     if user is None and sensitivities and p > 2:
       raise NotImplementedError("jaxext.ode.dop853: derivatives of the built-in models on CUDA "
@@ -583,12 +676,13 @@ def _lowering(ctx, y0, params, t_span, t_eval, *, platform, user, name, model, r
       event_kinds=col(0, np.int64), event_ids=np.asarray(ids["event_ids"] or [0], np.int64),
       event_consts=col(2, np.float64), event_directions=col(3, np.int64),
       event_terminal=col(4, np.int64), jac_id=np.int64(ids["jac_id"]),
-      sensitivities=np.int64(sensitivities), device_code=ids["device_code"])
+      sensitivities=np.int64(sensitivities), dense_steps=np.int64(dense_steps),
+      device_code=ids["device_code"])
 
   def result_types(y0, params, t_span, t_eval):
     n_out = _augmented_size(y0.shape[1], params.shape[1], sensitivities)
     return tuple(jax.ShapeDtypeStruct(s, d) for s, d in _result_shapes(
-        y0.shape[0], n_out, t_eval.shape[0], n_events, event_slots, y0.dtype))
+        y0.shape[0], n_out, t_eval.shape[0], n_events, event_slots, y0.dtype, dense_steps))
 
   # Trajectories are independent: split along them, everything else stays whole.
   return _sharding.lower(
@@ -596,7 +690,7 @@ def _lowering(ctx, y0, params, t_span, t_eval, *, platform, user, name, model, r
       _sharding.ffi_per_shard("jaxext_dop853", result_types, **attrs),
       [("traj", None), ("traj", None), ("traj", None), (None,)],
       [("traj", None, None), ("traj",), ("traj", None), ("traj", None), ("traj", None, None),
-       ("traj", None, None, None), ("traj", None)])
+       ("traj", None, None, None), ("traj", None), ("traj", None), ("traj", None, None, None)])
 
 
 compat.register_lowering(dop853_p, functools.partial(_lowering, platform="cpu"), "cpu",
@@ -653,7 +747,7 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
     dspan = compat.instantiate_zeros(dspan)
     dy0 = dy0 - _rhs_at(user, model, span[:, 0], y0, p) * dspan[:, :1]
   outs = dop853_p.bind(y0, p, span, te, sensitivities=True, user=user, events=events, **params)
-  ys_aug, t_final, y_final_aug, stats, t_events, y_events_aug, counts = outs
+  ys_aug, t_final, y_final_aug, stats, t_events, y_events_aug, counts, dense_t, dense_aug = outs
   n, cols = y0.shape[1], y0.shape[1] + p.shape[1]
   ys, y_final = ys_aug[..., :n], y_final_aug[..., :n]
   s_ys = ys_aug[..., n:].reshape(ys.shape + (cols,))
@@ -690,8 +784,15 @@ def _jvp(primals, tangents, *, sensitivities, user, events, **params):
                    ok.reshape(-1)).reshape(ys.shape)
     d_ys = d_ys + jnp.where(ok[..., None], f_te * dte[None, :, None], 0)
   float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
-  primal_out = (ys, t_final, y_final, stats, t_events, y_events, counts)
-  tangent_out = (d_ys, d_t_final, d_final, float0(stats), d_t_events, d_y_events, float0(counts))
+  # The dense output of the augmented state holds the sensitivities' interpolants too (the same
+  # steps and stages): its tangent is theirs applied to dz; the step boundaries do not move.
+  dense_f = dense_aug[..., :n]
+  s_dense = dense_aug[..., n:].reshape(dense_f.shape + (cols,))
+  s_dense = jnp.where(jnp.isfinite(dense_f)[..., None], s_dense, 0)
+  d_dense_f = jnp.einsum("nkrij,nj->nkri", s_dense, dz)
+  primal_out = (ys, t_final, y_final, stats, t_events, y_events, counts, dense_t, dense_f)
+  tangent_out = (d_ys, d_t_final, d_final, float0(stats), d_t_events, d_y_events, float0(counts),
+                 jnp.zeros_like(dense_t), d_dense_f)
   return primal_out, tangent_out
 
 
