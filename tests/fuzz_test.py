@@ -542,9 +542,18 @@ def test_malformed_dop853_attributes_raise():
                        (dict(event_slots=0, events=((0, 0, 6800.0, 0, 1),)), "event_slots"), (dict(first_step=-1.0), "first_step"),
                        (dict(max_step=0.0), "max_step"),
                        (dict(events=((1, 0, 0.0, 0, 1),)), r"events\[0\]"),
-                       (dict(events=((0, 0, 6800.0, 7, 1),)), r"events\[0\]")]:
+                       (dict(events=((0, 0, 6800.0, 7, 1),)), r"events\[0\]"),
+                       (dict(dense_steps=-1), "dense_steps"),
+                       (dict(dense_steps=2.5), "dense_steps")]:
     with pytest.raises(TypeError, match=word):
       jax.jit(lambda *a: ode.dop853_p.bind(*a, **{**good, **change}))(y0, p, span, te)
+  # A dense output smaller than the steps taken: the first steps kept, nothing written past them
+  # (ASan watches the buffers under --config=asan).
+  outs = jax.jit(lambda *a: ode.dop853_p.bind(*a, **{**good, "dense_steps": 2}))(
+      np.array([[7000.0, 0, 0, 0, 7.5, 0]]), p, np.array([[0.0, 3000.0]]), te)
+  dense_t, dense_f = outs[-2:]
+  assert dense_t.shape == (1, 3) and dense_f.shape == (1, 2, 8, 6)
+  assert np.all(np.isfinite(dense_t)) and np.all(np.isfinite(dense_f)) and outs[3][0, 2] > 2
 
 
 @pytest.mark.skipif("libasan" not in os.environ.get("LD_PRELOAD", ""),
