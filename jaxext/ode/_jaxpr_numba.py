@@ -28,8 +28,9 @@ computes as inf * 0 = NaN at a singular point of the function (cbrt'(0) = inf) i
 
 Supported primitives are those `_RULES` lists (arithmetic, comparisons, select, the transcendental
 functions, integer_pow/pow, casts, data movement with static indices, dot_general, reductions,
-cumulative sums, nested jit and custom_jvp/custom_vjp (their primal computation)). Anything else
-raises `Unsupported` naming the primitive and the line of user code that made it.
+cumulative sums, nested jit and custom_jvp/custom_vjp (their primal computation)); on complex
+values those `_COMPLEX_RULES` lists, each complex value written as a pair of reals (`_C`).
+Anything else raises `Unsupported` naming the primitive and the line of user code that made it.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Unsupported(TypeError):
 
 _DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64, np.int8, np.int16, np.int32,
                                           np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-                                          np.bool_))
+                                          np.bool_, np.complex64, np.complex128))
 
 
 _NARROW_INTS = frozenset(np.dtype(d) for d in (np.int8, np.int16, np.int32, np.uint8, np.uint16,
@@ -103,8 +104,26 @@ def _suffix(dtype) -> str:
   return "_f32" if np.dtype(dtype) == np.float32 else "_f64"
 
 
+class _C:
+  """A complex atom: its real and imaginary parts, each a real atom (complex values are written
+  out as pairs of reals; Numba and numba-cuda see only floats)."""
+  __slots__ = ("re", "im")
+
+  def __init__(self, re, im):
+    self.re, self.im = re, im
+
+
 def _is_const(a) -> bool:
+  if isinstance(a, _C):
+    return _is_const(a.re) and _is_const(a.im)
   return not isinstance(a, str)
+
+
+def _as_number(a):
+  """A constant atom as a NumPy scalar (complex ones rebuilt)."""
+  if isinstance(a, _C):
+    return complex(a.re) + 1j * complex(a.im)
+  return a
 
 
 def text(a) -> str:
@@ -134,7 +153,7 @@ def _const(value, dtype):
 
 
 def _equals(a, v) -> bool:
-  return _is_const(a) and a.dtype != np.bool_ and a == v
+  return _is_const(a) and not isinstance(a, _C) and a.dtype != np.bool_ and a == v
 
 
 def _cast_text(expr: str, dtype) -> str:
@@ -853,20 +872,243 @@ _FOLDABLE = frozenset(_RULES) - {"scatter", "scatter-add", "scatter_add", "scatt
                                  "scatter_max", "gather"} | {"iota"}
 
 
+# --- complex values, as pairs of reals ---------------------------------------------------------
+
+# Operations that only move elements: the same for complex atoms.
+_STRUCTURAL = frozenset({"broadcast_in_dim", "reshape", "squeeze", "transpose", "rev", "slice",
+                         "concatenate", "split", "stack", "unstack", "tile", "dynamic_slice",
+                         "dynamic_update_slice", "copy", "copy_p", "stop_gradient",
+                         "optimization_barrier"})
+
+
+def _real_dtype(dtype):
+  dtype = np.dtype(dtype)
+  return np.finfo(dtype).dtype if dtype.kind == "c" else dtype
+
+
+def _parts(a, real):
+  if isinstance(a, _C):
+    return a.re, a.im
+  return a, _const(0, real)
+
+
+def _rsub(w, a, b, real):
+  if _is_const(a) and _is_const(b):
+    return _const(a - b, real)
+  if _equals(b, 0):
+    return a
+  return w.let(f"({text(a)} - {text(b)})", real)
+
+
+def _rdiv(w, a, b, real):
+  if _is_const(a) and _is_const(b):
+    with np.errstate(all="ignore"):
+      return _const(np.divide(a, b), real)
+  if _equals(b, 1):
+    return a
+  return w.let(f"({text(a)} / {text(b)})", real)
+
+
+def _rcall(w, fn, *xs):
+  return w.let(f"{fn}({', '.join(text(x) for x in xs)})")
+
+
+def _cmul(w, x, y, real):
+  (a, b), (c, d) = _parts(x, real), _parts(y, real)
+  return _C(_rsub(w, _product(w, a, c, real), _product(w, b, d, real), real),
+            _sum(w, [_product(w, a, d, real), _product(w, b, c, real)], real))
+
+
+def _cdiv(w, x, y, real):
+  (a, b), (c, d) = _parts(x, real), _parts(y, real)
+  den = _sum(w, [_product(w, c, c, real), _product(w, d, d, real)], real)
+  return _C(_rdiv(w, _sum(w, [_product(w, a, c, real), _product(w, b, d, real)], real), den, real),
+            _rdiv(w, _rsub(w, _product(w, b, c, real), _product(w, a, d, real), real), den,
+                  real))
+
+
+def _complex_elementwise(fn):
+  def rule(w, eqn, *xs):
+    out_dtype = np.dtype(eqn.outvars[0].aval.dtype)
+    real = _real_dtype(max((np.dtype(v.aval.dtype) for v in eqn.invars),
+                           key=lambda d: d.kind == "c"))
+    return _elementwise(w, eqn, list(xs), lambda *atoms: fn(w, real, out_dtype, *atoms))
+  return rule
+
+
+def _c_exp(w, real, _, z):
+  a, b = _parts(z, real)
+  e = _rcall(w, "math.exp", a)
+  return _C(_product(w, e, _rcall(w, "math.cos", b), real),
+            _product(w, e, _rcall(w, "math.sin", b), real))
+
+
+def _c_sin(w, real, _, z):
+  a, b = _parts(z, real)
+  return _C(_product(w, _rcall(w, "math.sin", a), _rcall(w, "math.cosh", b), real),
+            _product(w, _rcall(w, "math.cos", a), _rcall(w, "math.sinh", b), real))
+
+
+def _c_cos(w, real, _, z):
+  a, b = _parts(z, real)
+  return _C(_product(w, _rcall(w, "math.cos", a), _rcall(w, "math.cosh", b), real),
+            _negate(w, _product(w, _rcall(w, "math.sin", a), _rcall(w, "math.sinh", b), real),
+                    real))
+
+
+def _c_log(w, real, _, z):
+  a, b = _parts(z, real)
+  return _C(_rcall(w, "math.log", _rcall(w, "math.hypot", a, b)), _rcall(w, "math.atan2", b, a))
+
+
+def _c_sqrt(w, real, _, z):
+  a, b = _parts(z, real)  # the principal root: re >= 0, im with b's sign
+  r = _rcall(w, "math.hypot", a, b)
+  half = _const(0.5, real)
+  re = _rcall(w, "math.sqrt", _product(w, _sum(w, [r, a], real), half, real))
+  im = _rcall(w, "math.sqrt", _product(w, _rsub(w, r, a, real), half, real))
+  return _C(re, w.let(f"math.copysign({text(im)}, {text(b)})"))
+
+
+def _c_integer_pow(w, eqn, x):
+  k = int(eqn.params["y"])
+  real = _real_dtype(eqn.outvars[0].aval.dtype)
+
+  def one(z):
+    if k == 0:
+      return _C(_const(1, real), _const(0, real))
+    acc, base, e = None, z, abs(k)
+    while e:
+      if e & 1:
+        acc = base if acc is None else _cmul(w, acc, base, real)
+      e >>= 1
+      if e:
+        base = _cmul(w, base, base, real)
+    return _cdiv(w, _C(_const(1, real), _const(0, real)), acc, real) if k < 0 else acc
+  return _elementwise(w, eqn, [x], one)
+
+
+def _c_convert(w, eqn, x):
+  dtype = np.dtype(eqn.params["new_dtype"])
+  src = np.dtype(eqn.invars[0].aval.dtype)
+  real = _real_dtype(dtype)
+
+  def cast(a, to):
+    if _is_const(a):
+      return _const(a, to)
+    return a if np.dtype(_real_dtype(src) if src.kind == "c" else src) == to else \
+        w.let(_cast_text(a, to), to)
+
+  def one(z):
+    if src.kind == "c" and dtype.kind == "c":
+      return _C(cast(z.re, real), cast(z.im, real))
+    if src.kind == "c":  # to a real type: the real part (jax warns)
+      return cast(z.re, dtype)
+    return _C(cast(z, real), _const(0, real))
+  return _elementwise(w, eqn, [x], one)
+
+
+def _c_select_n(w, eqn, pred, *cases):
+  shape = eqn.outvars[0].aval.shape
+  real = _real_dtype(eqn.outvars[0].aval.dtype)
+  boolean = np.dtype(eqn.invars[0].aval.dtype) == np.bool_
+  pred = np.broadcast_to(pred, shape)
+  cases = [np.broadcast_to(c, shape) for c in cases]
+  out = np.empty(shape, object)
+  for idx in np.ndindex(*shape):
+    p, cs = pred[idx], [_parts(c[idx], real) for c in cases]
+    if _is_const(p):
+      out[idx] = _C(*cs[int(p)])
+      continue
+    parts = []
+    for k in range(2):  # real, then imaginary
+      if boolean:
+        parts.append(w.let(f"_where({p}, {text(cs[1][k])}, {text(cs[0][k])})"))
+        continue
+      expr = text(cs[-1][k])
+      for j in range(len(cs) - 2, -1, -1):
+        expr = f"_where({p} == {j}, {text(cs[j][k])}, {expr})"
+      parts.append(w.let(expr))
+    out[idx] = _C(*parts)
+  return [out]
+
+
+def _c_dot_general(w, eqn, x, y):
+  (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+  lc, rc, lb, rb = (tuple(int(d) for d in v) for v in (lc, rc, lb, rb))
+  real = _real_dtype(eqn.outvars[0].aval.dtype)
+  lf = [d for d in range(x.ndim) if d not in lc and d not in lb]
+  rf = [d for d in range(y.ndim) if d not in rc and d not in rb]
+  xs = np.transpose(x, list(lb) + lf + list(lc))
+  ys = np.transpose(y, list(rb) + rf + list(rc))
+  nb, nlf = len(lb), len(lf)
+  k = int(np.prod([x.shape[d] for d in lc], dtype=np.int64))
+  xs = xs.reshape(xs.shape[:nb + nlf] + (k,))
+  ys = ys.reshape(ys.shape[:nb + len(rf)] + (k,))
+  out = np.empty(eqn.outvars[0].aval.shape, object)
+  for idx in np.ndindex(*out.shape):
+    b, i, j = idx[:nb], idx[nb:nb + nlf], idx[nb + nlf:]
+    terms = [_cmul(w, a, c, real) for a, c in zip(xs[b + i], ys[b + j])]
+    out[idx] = _C(_sum(w, [t.re for t in terms], real), _sum(w, [t.im for t in terms], real))
+  return [out]
+
+
+def _c_reduce_sum(w, eqn, x):
+  axes = tuple(int(a) for a in eqn.params["axes"])
+  real = _real_dtype(eqn.outvars[0].aval.dtype)
+  keep = [d for d in range(x.ndim) if d not in axes]
+  moved = np.transpose(x, keep + list(axes)).reshape(tuple(x.shape[d] for d in keep) + (-1,))
+  out = np.empty(eqn.outvars[0].aval.shape, object)
+  for idx in np.ndindex(*out.shape):
+    parts = [_parts(z, real) for z in moved[idx]]
+    out[idx] = _C(_sum(w, [p[0] for p in parts], real), _sum(w, [p[1] for p in parts], real))
+  return [out]
+
+
+def _c_compare(op):
+  def fn(w, real, out_dtype, x, y):
+    (a, b), (c, d) = _parts(x, real), _parts(y, real)
+    if op == "eq":
+      return w.let(f"(({text(a)} == {text(c)}) & ({text(b)} == {text(d)}))")
+    return w.let(f"(({text(a)} != {text(c)}) | ({text(b)} != {text(d)}))")
+  return fn
+
+
+_COMPLEX_NAMED = {"exp": _c_exp, "sin": _c_sin, "cos": _c_cos, "log": _c_log, "sqrt": _c_sqrt}
+_COMPLEX_RULES = {name: _complex_elementwise(fn) for name, fn in _COMPLEX_NAMED.items()}
+_COMPLEX_RULES.update({
+    "complex": _complex_elementwise(lambda w, real, _, a, b: _C(a, b)),
+    "real": _complex_elementwise(lambda w, real, _, z: _parts(z, real)[0]),
+    "imag": _complex_elementwise(lambda w, real, _, z: _parts(z, real)[1]),
+    "conj": _complex_elementwise(
+        lambda w, real, _, z: _C(_parts(z, real)[0], _negate(w, _parts(z, real)[1], real))),
+    "neg": _complex_elementwise(
+        lambda w, real, _, z: _C(*(_negate(w, p, real) for p in _parts(z, real)))),
+    "add": _complex_elementwise(lambda w, real, _, x, y: _C(
+        *(_sum(w, [p, q], real) for p, q in zip(_parts(x, real), _parts(y, real))))),
+    "sub": _complex_elementwise(lambda w, real, _, x, y: _C(
+        *(_rsub(w, p, q, real) for p, q in zip(_parts(x, real), _parts(y, real))))),
+    "mul": _complex_elementwise(lambda w, real, _, x, y: _cmul(w, x, y, real)),
+    "div": _complex_elementwise(lambda w, real, _, x, y: _cdiv(w, x, y, real)),
+    "abs": _complex_elementwise(
+        lambda w, real, _, z: _rcall(w, "math.hypot", *_parts(z, real))),
+    "square": _complex_elementwise(lambda w, real, _, z: _cmul(w, z, z, real)),
+    "eq": _complex_elementwise(_c_compare("eq")),
+    "ne": _complex_elementwise(_c_compare("ne")),
+    "integer_pow": _c_integer_pow, "convert_element_type": _c_convert,
+    "select_n": _c_select_n, "dot_general": _c_dot_general, "reduce_sum": _c_reduce_sum,
+})
+_COMPLEX_RULES["add_any"] = _COMPLEX_RULES["add"]
+
+
 def _fold_eqn(eqn, ins):
   with jax.ensure_compile_time_eval():
-    args = [jnp.asarray(np.asarray([v for v in a.flat], dtype=v_.aval.dtype).reshape(a.shape))
+    args = [jnp.asarray(np.asarray([_as_number(v) for v in a.flat],
+                                   dtype=v_.aval.dtype).reshape(a.shape))
             for a, v_ in zip(ins, eqn.invars)]
     outs = eqn.primitive.bind(*args, **eqn.params)
   outs = outs if eqn.primitive.multiple_results else [outs]
-  result = []
-  for o in outs:
-    o = np.asarray(o)
-    arr = np.empty(o.shape, object)
-    for k, v in np.ndenumerate(o):
-      arr[k] = v
-    result.append(arr)
-  return result
+  return [_constant_array(np.asarray(o)) for o in outs]
 
 
 def _closed(jaxpr_like):
@@ -882,8 +1124,9 @@ def _constant_array(value):
     raise Unsupported(f"a constant of dtype {value.dtype} (supported: float32, float64, "
                       "integers, bool)")
   arr = np.empty(value.shape, object)
+  real = np.finfo(value.dtype).dtype if value.dtype.kind == "c" else None
   for k, v in np.ndenumerate(value):
-    arr[k] = v
+    arr[k] = _C(_const(v.real, real), _const(v.imag, real)) if real is not None else v
   return arr
 
 
@@ -906,11 +1149,13 @@ def _run(w, jaxpr, consts, args):
     w.eqn = eqn
     name = eqn.primitive.name
     ins = [read(v) for v in eqn.invars]
+    complex_values = False
     for v in list(eqn.invars) + list(eqn.outvars):
       dt = np.dtype(v.aval.dtype) if hasattr(v.aval, "dtype") else None
       if dt is None or dt not in _DTYPES:
         w.fail(f"the operation '{name}' on a value of type {v.aval} (supported: float32, "
-               "float64, integers, bool; complex values are not)")
+               "float64, complex64, complex128, integers, bool)")
+      complex_values = complex_values or dt.kind == "c"
     if name in _CALLS:
       key = next((k for k in _CALL_PARAMS if k in eqn.params), None)
       if key is None:
@@ -925,6 +1170,12 @@ def _run(w, jaxpr, consts, args):
     elif name == "iota" or (name in _FOLDABLE and name not in _NO_FOLD and ins and all(
         _is_const(v) for a in ins for v in a.flat)):
       outs = _fold_eqn(eqn, ins)
+    elif complex_values and name not in _STRUCTURAL:
+      if name not in _COMPLEX_RULES:
+        w.fail(f"the operation '{name}' on complex values (supported on them: arithmetic, "
+               f"{', '.join(sorted(_COMPLEX_NAMED))}, select, data movement, dot products and "
+               "sums)")
+      outs = _COMPLEX_RULES[name](w, eqn, *ins)
     elif name in _RULES:
       outs = _RULES[name](w, eqn, *ins)
     else:

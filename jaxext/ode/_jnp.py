@@ -50,6 +50,26 @@ def is_numba_form(fn) -> bool:
                                         for p in sig.parameters.values()))
 
 
+def on_complex_state(fn, d: int, kind: str):
+  """`fn(t, y, args)` of a complex state y (d,), as a function of [re(y), im(y)] (2 d,): a
+  right-hand side's complex dy/dt split the same way; an event's value must be real."""
+  def real_form(t, y, args):
+    out = fn(t, jax.lax.complex(y[:d], y[d:]), args)
+    if kind == "event":
+      if jnp.iscomplexobj(out):
+        raise TypeError(f"the event '{getattr(fn, '__name__', 'event')}' of a complex state "
+                        "must return a real number (e.g. jnp.real(...) or jnp.abs(...))")
+      return out
+    out = jnp.asarray(out)
+    if out.shape != (d,):
+      raise ValueError(f"the right-hand side '{getattr(fn, '__name__', 'rhs')}' must return "
+                       f"dy/dt of shape ({d},) (as y); got shape {out.shape}")
+    return jnp.concatenate([jnp.real(out), jnp.imag(out)]) if jnp.iscomplexobj(out) else \
+        jnp.concatenate([out, jnp.zeros_like(out)])
+  real_form.__name__ = getattr(fn, "__name__", kind)
+  return real_form
+
+
 @dataclasses.dataclass(frozen=True)
 class ArgsLayout:
   """Where each leaf of `args` sits in a parameter row."""
@@ -65,7 +85,9 @@ class ArgsLayout:
     for shape, dtype, offset in zip(self.shapes, self.dtypes, self.offsets):
       n = int(np.prod(shape, dtype=np.int64))
       leaf = row[offset:offset + n].reshape(shape)
-      if np.dtype(dtype) != row.dtype:
+      if np.dtype(dtype).kind == "c":  # stored as real parts, then imaginary parts
+        leaf = jax.lax.complex(leaf, row[offset + n:offset + 2 * n].reshape(shape))
+      if np.dtype(dtype) != leaf.dtype:
         leaf = leaf.astype(dtype)
       leaves.append(leaf)
     return jax.tree_util.tree_unflatten(self.treedef, leaves)
@@ -107,9 +129,10 @@ def layout(args, args_axes, count: int, dtype):
     except TypeError:
       raise TypeError(f"args: {path} is a {type(leaf).__name__}, not an array; args is a pytree "
                       "of arrays (static values belong in the function, e.g. a closure)") from None
-    if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer) or
+    if not (jnp.issubdtype(x.dtype, jnp.inexact) or jnp.issubdtype(x.dtype, jnp.integer) or
             x.dtype == jnp.bool_):
-      raise TypeError(f"args: {path} has dtype {x.dtype}; supported: floating, integer, bool")
+      raise TypeError(f"args: {path} has dtype {x.dtype}; supported: floating, complex, "
+                      "integer, bool")
     if axis == 0:
       if x.ndim == 0 or x.shape[0] != count:
         raise ValueError(f"args: {path} is batched over trajectories (args_axes 0), so its "
@@ -119,11 +142,15 @@ def layout(args, args_axes, count: int, dtype):
     else:
       shape = x.shape
       rows = jnp.broadcast_to(x.reshape(1, -1), (count, x.size))
+    if jnp.iscomplexobj(rows):
+      rows = jnp.concatenate([jnp.real(rows), jnp.imag(rows)], axis=1)
     shapes.append(tuple(shape))
     # A Python float is weakly typed in jax (it takes the other operand's precision): it enters
     # the function in the integration's dtype, so that a float32 state stays float32.
     weak_float = isinstance(leaf, float) or (x.dtype.kind == "f" and getattr(x, "weak_type", False))
-    dtypes.append(np.dtype(dtype) if weak_float else np.dtype(x.dtype))
+    weak_complex = isinstance(leaf, complex)
+    dtypes.append(np.dtype(dtype) if weak_float else
+                  (np.result_type(dtype, np.complex64) if weak_complex else np.dtype(x.dtype)))
     offsets.append(offset)
     offset += rows.shape[1]
     columns.append(rows.astype(dtype))

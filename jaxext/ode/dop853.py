@@ -18,6 +18,7 @@ linear in the tangents, so jax.grad works too).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import math
@@ -125,7 +126,9 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
       - a built-in model (`jaxext.ode.models.earth(...)`, `two_body()`, a `Model`);
       - a Numba function `rhs(t, y, p, dydt)` writing dy/dt into `dydt` (four parameters;
         decorated with `jaxext.ode.rhs` or plain; needs `jaxext[numba]`).
-    y0: (N, d) initial states; float32 or float64 (the integration's precision).
+    y0: (N, d) initial states; float32 or float64 (the integration's precision), or complex64 /
+      complex128 with a jax.numpy `rhs` (integrated as real and imaginary parts, each under
+      the tolerances; `ys`, `y_final`, `y_events` and the dense output are complex again).
     t_span: a tuple (t0, t1) of scalars or (N,) arrays, or an array (2,) or (N, 2) of rows
       [t0, t1]. t1 < t0 integrates backwards.
     params: None, (p,) shared or (N, p) per trajectory parameters, passed to a built-in model or
@@ -164,10 +167,11 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
   Right-hand sides in jax.numpy: arithmetic, comparisons, jnp.where, the transcendental
   functions, powers, casts, indexing and slicing with static indices (`y[0]`, `y[:3]`,
   `.at[0].set`), concatenate/stack/reshape, dot products and reductions over small arrays, nested
-  jit and custom_jvp functions; no loops or branches on traced values (lax.cond, while_loop,
-  fori_loop) and no random numbers. Anything else raises a TypeError at trace time naming the
-  operation and the line of your code. Each array is written out element by element (at most
-  50,000 scalar operations per function): meant for states and parameters of modest size.
+  jit and custom_jvp functions, complex arithmetic (and complex states: see y0); no loops or
+  branches on traced values (lax.cond, while_loop, fori_loop) and no random numbers. Anything
+  else raises a TypeError at trace time naming the operation and the line of your code. Each
+  array is written out element by element (at most 50,000 scalar operations per function):
+  meant for states and parameters of modest size.
 
   Derivatives: jax.jvp / jax.grad / jax.jacobian of `ys` and `y_final` with respect to y0 and
   params (or args), through the variational equations integrated with the state on the state's own steps
@@ -190,6 +194,11 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
   Raises:
     TypeError / ValueError at trace time for bad arguments (the message names the argument).
   """
+  # A complex state is integrated as its real and imaginary parts, [re(y), im(y)].
+  complex_d = _complex_size(y0)
+  if complex_d is not None:
+    y0 = jnp.asarray(y0)
+    y0 = jnp.concatenate([jnp.real(y0), jnp.imag(y0)], axis=-1)
   y0 = float_operand(y0, "y0")
   if y0.ndim != 2 or y0.shape[1] == 0:
     raise ValueError(f"y0 must have shape (N, d) with d >= 1 (N trajectories of d components); "
@@ -220,6 +229,13 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
   if not jnp_form and (args is not None or args_axes is not None):
     raise TypeError("args and args_axes are for a jax.numpy right-hand side rhs(t, y, args); "
                     f"the right-hand side '{name}' takes params")
+  if complex_d is not None:
+    if not jnp_form:
+      raise TypeError(f"y0 is complex: complex states need a jax.numpy right-hand side "
+                      f"rhs(t, y, args) (the Numba form and the built-in models are real)")
+    rhs = _jnp.on_complex_state(rhs, complex_d, "rhs")
+    rtol, atol = (np.tile(np.asarray(v), 2) if v is not None and np.ndim(v) == 1 else v
+                  for v in (rtol, atol))
 
   # Parameters, time span, output times.
   if jnp_form:
@@ -290,6 +306,10 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
   if len(events) > MAX_EVENTS:
     raise ValueError(f"events: at most {MAX_EVENTS}; got {len(events)}")
   if jnp_form:
+    if complex_d is not None:
+      events = tuple(e if e.fn is None else
+                     dataclasses.replace(e, fn=_jnp.on_complex_state(e.fn, complex_d, "event"))
+                     for e in events)
     events = tuple(_jnp.event(e, i, layout, n, dtype) for i, e in enumerate(events))
   spec = []
   for i, e in enumerate(events):
@@ -336,11 +356,29 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
     bad = bad & (status != Status.NON_FINITE)
     ys = jnp.where(bad[:, None, None], jnp.nan, ys)
     status = jnp.where(bad, jnp.int32(Status.BAD_T_EVAL), status)
+  if complex_d is not None:
+    ys, y_final, y_events, dense_f = (jax.lax.complex(x[..., :complex_d], x[..., complex_d:])
+                                      for x in (ys, y_final, y_events, dense_f))
   return Solution(ys=ys, t_final=t_final, y_final=y_final, status=status,
                   n_steps=stats[:, 1], n_accepted=stats[:, 2], n_rhs=stats[:, 3],
                   t_events=t_events, y_events=y_events, event_counts=counts,
                   dense_t=dense_t if dense_steps else None,
                   dense_f=dense_f if dense_steps else None)
+
+
+def _complex_size(y0):
+  """d for a complex y0 of shape (N, d), else None."""
+  try:
+    dtype = np.dtype(jnp.result_type(y0))
+  except TypeError:
+    return None
+  if dtype.kind != "c":
+    return None
+  shape = np.shape(y0)
+  if len(shape) != 2 or shape[1] == 0:
+    raise ValueError(f"y0 must have shape (N, d) with d >= 1 (N trajectories of d components); "
+                     f"got shape {shape}")
+  return int(shape[1])
 
 
 DEFAULT_DENSE_STEPS = 1000
