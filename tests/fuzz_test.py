@@ -556,6 +556,32 @@ def test_malformed_dop853_attributes_raise():
   assert np.all(np.isfinite(dense_t)) and np.all(np.isfinite(dense_f)) and outs[3][0, 2] > 2
 
 
+def test_dop853_handler_refuses_sizes_whose_products_overflow():
+  """The handler checks its result sizes against dense_steps with overflow-checked products: a
+  dense_steps near 2**62 whose products wrap to the small buffers given is refused, not used."""
+  import jax
+  jax.config.update("jax_enable_x64", True)
+  from jaxext import _ffi
+  _ffi.register_all()
+  count, n = 4, 6
+  shapes = [((count, 0, n), np.float64), ((count,), np.float64), ((count, n), np.float64),
+            ((count, 4), np.int32), ((count, 0, 1), np.float64), ((count, 0, 1, n), np.float64),
+            ((count, 0), np.int32), ((count, 1), np.float64), ((count, 0, 8, n), np.float64)]
+  from jaxext.ode import models
+  call = jax.ffi.ffi_call("jaxext_dop853", [jax.ShapeDtypeStruct(s, d) for s, d in shapes])
+  attrs = dict(rhs_id=np.int64(0), name="m", model=np.asarray(models.earth().constants()),
+               rtol=np.full(n, 1e-6), atol=np.full(n, 1e-9), first_step=np.float64(0),
+               max_step=np.float64(np.inf), max_steps=np.int64(100), n_events=np.int64(0),
+               event_kinds=np.zeros(1, np.int64), event_ids=np.zeros(1, np.int64),
+               event_consts=np.zeros(1), event_directions=np.zeros(1, np.int64),
+               event_terminal=np.zeros(1, np.int64), jac_id=np.int64(0),
+               sensitivities=np.int64(0), dense_steps=np.int64(2**62), device_code="")
+  y0 = np.tile([7000.0, 0, 0, 0, 7.5, 0], (count, 1))
+  args = (y0, np.zeros((count, 0)), np.tile([0.0, 10.0], (count, 1)), np.zeros(0))
+  with pytest.raises(Exception, match="dense output result shapes disagree"):
+    jax.block_until_ready(jax.jit(lambda *a: call(*a, **attrs))(*args))
+
+
 @pytest.mark.skipif("libasan" not in os.environ.get("LD_PRELOAD", ""),
                     reason="only under --config=asan (.bazelrc)")
 def test_handlers_are_instrumented_under_asan():

@@ -450,6 +450,26 @@ def test_complex_states(dtype):
   np.testing.assert_allclose(both[1], propagate(psi0[1:], 2.0)[0], atol=1e-9)
 
 
+def test_complex_arithmetic_at_its_edges():
+  """Each result to its own relative accuracy where naive formulas lose it: sqrt's small part
+  (cancellation), division near over- and underflow (Smith's algorithm, as XLA divides), and
+  complex indexing (.at[].set/add, a gather, pad)."""
+  def f(t, y, a):  # y: 6 components, the first 3 used
+    return jnp.stack([
+        jnp.imag(jnp.sqrt(y[0] + 1e-10j * y[1])), jnp.real(jnp.sqrt(-y[0] * 1e-5 + 1e-20j)),
+        jnp.real(1 / (y[0] * 3e-170 + 0j)), jnp.real(1 / (1e-200 * y[0] + 1e-200j * y[1])),
+        jnp.imag(1 / (1e200 * y[0] + 1e200j * y[1])),
+        jnp.real(jnp.zeros(3, complex).at[0].set(y[0] + 1j).at[1].add(y[1] * 1j)
+                 + (y[:3] + 1j)[jnp.array([2, 0, 1])] + jnp.pad((y[:3] + 1j)[:2], (1, 0))).sum()])
+  layout, _ = _jnp.layout((), None, 1, np.float64)
+  rhs = _jnp.rhs(f, layout, 6, np.float64)
+  fn = numba.njit(**rhs.fn.numba_options)(rhs.fn)
+  for y in (np.array([4.0, 1.0, 0.5, 0, 0, 0]), np.array([0.3, -2.0, 1.5, 0, 0, 0])):
+    got = np.zeros(6)
+    fn(0.0, y, np.zeros(0), got)
+    np.testing.assert_allclose(got, np.asarray(f(0.0, jnp.asarray(y), None)), rtol=1e-14, atol=0)
+
+
 def test_complex_state_errors():
   psi0 = np.array([[1.0, 0.0]], np.complex128)
   with pytest.raises(TypeError, match="complex states need a jax.numpy"):
@@ -458,6 +478,13 @@ def test_complex_state_errors():
     ode.dop853(lambda t, y, a: y[:1], psi0, (0.0, 1.0))
   with pytest.raises(TypeError, match="must return a real number"):
     ode.dop853(schrodinger, psi0, (0.0, 1.0), args=H2, events=[lambda t, y, a: y[0]])
+  with pytest.raises(ValueError, match=r"atol must be a scalar or of shape \(d,\) = \(2,\)"):
+    ode.dop853(schrodinger, psi0, (0.0, 1.0), args=H2, atol=[1e-9] * 3)
+  ok = ode.dop853(schrodinger, psi0, (0.0, 1.0), args=H2, atol=[1e-9, 1e-10])
+  assert ok.status[0] == ode.Status.SUCCESS
+  with pytest.raises(ValueError, match="radius or altitude event needs a real state"):
+    ode.dop853(schrodinger, np.ones((1, 3), complex), (0.0, 1.0), args=np.eye(3),
+               events=[ode.models.radius_event(1.0)])
 
 
 def test_args_axes_as_lists_and_tuples():

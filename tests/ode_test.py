@@ -1510,10 +1510,11 @@ def test_dense_output_limits_and_nan_outside():
   for i in range(2):
     assert np.all(np.isnan(stop.evaluate(tf[i] + 1e-6)[i]))
     np.testing.assert_allclose(stop.evaluate(tf[i])[i], stop.y_final[i], atol=1e-12)
-  # t0 == t1: the state at t0 only.
+  # t0 == t1: the state at t0 only (and a finite derivative: no NaN from the unused rows).
   zero = ode.dop853(van_der_pol, y0, (1.0, 1.0), [1.0], dense=True)
   np.testing.assert_array_equal(zero.evaluate(1.0), y0)
   assert np.all(np.isnan(zero.evaluate(1.5)))
+  assert np.isfinite(jax.grad(lambda t: zero.evaluate(t).sum())(1.0))
   with pytest.raises(ValueError, match="dense=True"):
     ode.dop853(van_der_pol, y0, (0.0, 1.0), [1.0]).evaluate(0.5)
   with pytest.raises(TypeError, match="dense"):

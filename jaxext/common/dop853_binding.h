@@ -102,12 +102,15 @@ inline std::string GetDop853Shape(const xla::ffi::AnyBuffer& y0, const xla::ffi:
       static_cast<int64_t>(event_counts.element_count()) != count * n_events) {
     return "operand and result shapes disagree";
   }
-  // Without a dense output its results are empty.
+  // Without a dense output its results are empty. (Products checked for overflow: the sizes
+  // come from the call, and a wrapped product would pass for a small buffer.)
+  int64_t dense_t_size = 0, dense_f_size = 0;
   if (dense_steps < 0 ||
-      static_cast<int64_t>(dense_t.element_count()) !=
-          (dense_steps > 0 ? count * (dense_steps + 1) : 0) ||
-      static_cast<int64_t>(dense_f.element_count()) !=
-          count * dense_steps * (dop853::kDense + 1) * n_aug) {
+      (dense_steps > 0 && __builtin_mul_overflow(count, dense_steps + 1, &dense_t_size)) ||
+      __builtin_mul_overflow(count, dense_steps, &dense_f_size) ||
+      __builtin_mul_overflow(dense_f_size, (dop853::kDense + 1) * n_aug, &dense_f_size) ||
+      static_cast<int64_t>(dense_t.element_count()) != dense_t_size ||
+      static_cast<int64_t>(dense_f.element_count()) != dense_f_size) {
     return "dense output result shapes disagree with dense_steps";
   }
   if (static_cast<int64_t>(n_rtol) != n || static_cast<int64_t>(n_atol) != n) {

@@ -398,7 +398,6 @@ class Integrator {
     ++accepted_;
     t_old_ = t_;
     t_ = t_new_;
-    t_end_ = t_new_;
     h_ = h_try_;
     h_abs_ = ha_;
     fresh_ = true;
@@ -664,9 +663,9 @@ class Integrator {
   // stride] (stride 1: an output row; kStride: the workspace).
   JAXEXT_HD_FUNC void DenseAt(T t, T* out, int64_t stride) const {
     const int n = N();
-    // scipy's Dop853DenseOutput scales by the step's end minus its start (t - t_old), not by the
-    // step size h it was computed with: the same x to the last bit.
-    const T x = (t - t_old_) / (t_end_ - t_old_);
+    // (scipy's Dop853DenseOutput divides by t - t_old: the same number, as the step h is itself
+    // t_new - t_old, computed so in Attempt as scipy's _step_impl does.)
+    const T x = (t - t_old_) / h_;
     JAXEXT_DOP853_UNROLL
     for (int i = 0; i < n; ++i) {
       T v = 0;
@@ -836,7 +835,7 @@ class Integrator {
   const int n_, nc_;
   const Settings<T> s_;
   T *k_, *f_, *y_, *y_new_, *y_old_, *tmp_, *scratch_, *g_old_, *g_new_;
-  T t_ = 0, t_old_ = 0, t_end_ = 0, h_ = 0, dir_ = 1, t1_ = 0;  // t_end_: the last step's end
+  T t_ = 0, t_old_ = 0, h_ = 0, dir_ = 1, t1_ = 0;
   T h_abs_ = 0, ha_ = 0, min_step_ = 0, t_new_ = 0, h_try_ = 0;  // step control between phases
   bool dense_ready_ = false, fresh_ = true, rejected_ = false, nonfinite_trial_ = false;
   int64_t ie_ = 0;  // next t_eval point

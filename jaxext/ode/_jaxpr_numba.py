@@ -149,7 +149,11 @@ def text(a) -> str:
 
 def _const(value, dtype):
   with np.errstate(all="ignore"):
-    return np.asarray(value).astype(dtype)[()]
+    c = np.asarray(value).astype(dtype)[()]
+  if c.dtype.kind == "c":  # complex constants are pairs of real ones
+    real = np.finfo(c.dtype).dtype
+    return _C(c.real.astype(real)[()], c.imag.astype(real)[()])
+  return c
 
 
 def _equals(a, v) -> bool:
@@ -736,7 +740,7 @@ def _gather(w, eqn, x, indices):
   dtype = np.dtype(eqn.outvars[0].aval.dtype)
   fill = eqn.params.get("fill_value")
   if fill is None:
-    fill = np.nan if dtype.kind == "f" else (np.iinfo(dtype).min if dtype.kind in "iu" else True)
+    fill = np.nan if dtype.kind in "fc" else (np.iinfo(dtype).min if dtype.kind in "iu" else True)
   flat = x.reshape(-1)
   out = np.empty(where.shape, object)
   for k, v in np.ndenumerate(where):
@@ -777,6 +781,10 @@ def _scatter(kind):
           w.eqn = eqn
         elif kind == "set":
           out[j] = u
+        elif kind == "add" and dtype.kind == "c":
+          real = _real_dtype(dtype)
+          (p, q), (r, s_) = _parts(out[j], real), _parts(u, real)
+          out[j] = _C(_sum(w, [p, r], real), _sum(w, [q, s_], real))
         elif kind == "add":
           out[j] = _sum(w, [out[j], u], dtype)
         elif kind == "mul":
@@ -878,7 +886,8 @@ _FOLDABLE = frozenset(_RULES) - {"scatter", "scatter-add", "scatter_add", "scatt
 _STRUCTURAL = frozenset({"broadcast_in_dim", "reshape", "squeeze", "transpose", "rev", "slice",
                          "concatenate", "split", "stack", "unstack", "tile", "dynamic_slice",
                          "dynamic_update_slice", "copy", "copy_p", "stop_gradient",
-                         "optimization_barrier"})
+                         "optimization_barrier", "pad", "gather", "scatter", "scatter-add",
+                         "scatter_add"})
 
 
 def _real_dtype(dtype):
@@ -889,6 +898,8 @@ def _real_dtype(dtype):
 def _parts(a, real):
   if isinstance(a, _C):
     return a.re, a.im
+  if isinstance(a, np.generic) and a.dtype.kind == "c":
+    return _const(a.real, real), _const(a.imag, real)
   return a, _const(0, real)
 
 
@@ -920,11 +931,23 @@ def _cmul(w, x, y, real):
 
 
 def _cdiv(w, x, y, real):
+  """Smith's algorithm (as XLA divides): no overflow or underflow of c^2 + d^2."""
   (a, b), (c, d) = _parts(x, real), _parts(y, real)
-  den = _sum(w, [_product(w, c, c, real), _product(w, d, d, real)], real)
-  return _C(_rdiv(w, _sum(w, [_product(w, a, c, real), _product(w, b, d, real)], real), den, real),
-            _rdiv(w, _rsub(w, _product(w, b, c, real), _product(w, a, d, real), real), den,
-                  real))
+  if _equals(d, 0):  # by a real number
+    return _C(_rdiv(w, a, c, real), _rdiv(w, b, c, real))
+  # |c| >= |d|: r = d / c, den = c + d r; else r = c / d, den = c r + d (both written, one
+  # selected: the other's division by a zero is never used).
+  big_c = w.let(f"(abs({text(c)}) >= abs({text(d)}))")
+  r1 = _rdiv(w, d, c, real)
+  den1 = _sum(w, [c, _product(w, d, r1, real)], real)
+  re1 = _rdiv(w, _sum(w, [a, _product(w, b, r1, real)], real), den1, real)
+  im1 = _rdiv(w, _rsub(w, b, _product(w, a, r1, real), real), den1, real)
+  r2 = _rdiv(w, c, d, real)
+  den2 = _sum(w, [_product(w, c, r2, real), d], real)
+  re2 = _rdiv(w, _sum(w, [_product(w, a, r2, real), b], real), den2, real)
+  im2 = _rdiv(w, _rsub(w, _product(w, b, r2, real), a, real), den2, real)
+  return _C(w.let(f"_where({big_c}, {text(re1)}, {text(re2)})"),
+            w.let(f"_where({big_c}, {text(im1)}, {text(im2)})"))
 
 
 def _complex_elementwise(fn):
@@ -962,12 +985,22 @@ def _c_log(w, real, _, z):
 
 
 def _c_sqrt(w, real, _, z):
-  a, b = _parts(z, real)  # the principal root: re >= 0, im with b's sign
-  r = _rcall(w, "math.hypot", a, b)
-  half = _const(0.5, real)
-  re = _rcall(w, "math.sqrt", _product(w, _sum(w, [r, a], real), half, real))
-  im = _rcall(w, "math.sqrt", _product(w, _rsub(w, r, a, real), half, real))
-  return _C(re, w.let(f"math.copysign({text(im)}, {text(b)})"))
+  """The principal root without cancellation: t = sqrt((|a| + |z|) / 2); for a >= 0 it is
+  t + i b / (2 t), else |b| / (2 t) + i copysign(t, b)."""
+  a, b = _parts(z, real)
+  half, two = _const(0.5, real), _const(2, real)
+  t = _rcall(w, "math.sqrt", _product(w, _sum(w, [w.let(f"abs({text(a)})"),
+                                                   _rcall(w, "math.hypot", a, b)], real),
+                                      half, real))
+  small = _rdiv(w, b, _product(w, two, t, real), real)  # b / (2 t)
+  zero = text(_const(0, real))
+  pos = w.let(f"({text(a)} >= {zero})")
+  re = w.let(f"_where({pos}, {text(t)}, abs({text(small)}))")
+  im = w.let(f"_where({pos}, {text(small)}, math.copysign({text(t)}, {text(b)}))")
+  # sqrt(0) = 0 (t = 0 makes b / (2 t) a NaN there).
+  is_zero = w.let(f"(({text(a)} == {zero}) & ({text(b)} == {zero}))")
+  return _C(w.let(f"_where({is_zero}, {zero}, {re})"),
+            w.let(f"_where({is_zero}, {text(b)}, {im})"))
 
 
 def _c_integer_pow(w, eqn, x):

@@ -157,8 +157,9 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
     event_slots: K, occurrences stored per event and trajectory.
     dense: keep every accepted step's interpolant for `Solution.evaluate(t)` (scipy's
       dense_output=True): True keeps up to 1000 steps per trajectory, an int S up to S (memory:
-      N x S x 8 x d values). As in scipy, each step then evaluates the right-hand side 3 more
-      times (n_rhs counts them). CPU only for now.
+      N x S x 8 x d values, and d (1 + d + p) under derivatives, which integrate the
+      sensitivities' interpolants too). As in scipy, each step then evaluates the right-hand side
+      3 more times (n_rhs counts them). CPU only for now.
 
   Returns:
     A `Solution` (see its fields). Non-finite inputs of one trajectory set its status to NON_FINITE
@@ -234,8 +235,9 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
       raise TypeError(f"y0 is complex: complex states need a jax.numpy right-hand side "
                       f"rhs(t, y, args) (the Numba form and the built-in models are real)")
     rhs = _jnp.on_complex_state(rhs, complex_d, "rhs")
-    rtol, atol = (np.tile(np.asarray(v), 2) if v is not None and np.ndim(v) == 1 else v
-                  for v in (rtol, atol))
+    # Per-component tolerances of the complex state apply to both parts.
+    rtol, atol = (_complex_tolerance(v, what, complex_d)
+                  for v, what in ((rtol, "rtol"), (atol, "atol")))
 
   # Parameters, time span, output times.
   if jnp_form:
@@ -307,8 +309,10 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
     raise ValueError(f"events: at most {MAX_EVENTS}; got {len(events)}")
   if jnp_form:
     if complex_d is not None:
-      events = tuple(e if e.fn is None else
-                     dataclasses.replace(e, fn=_jnp.on_complex_state(e.fn, complex_d, "event"))
+      if any(e.fn is None for e in events):
+        raise ValueError("events: a radius or altitude event needs a real state (of positions); "
+                         "for a complex state write the event in jax.numpy")
+      events = tuple(dataclasses.replace(e, fn=_jnp.on_complex_state(e.fn, complex_d, "event"))
                      for e in events)
     events = tuple(_jnp.event(e, i, layout, n, dtype) for i, e in enumerate(events))
   spec = []
@@ -366,6 +370,18 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
                   dense_f=dense_f if dense_steps else None)
 
 
+def _complex_tolerance(value, what, d):
+  """A tolerance of a complex state of d components, for its 2 d real parts."""
+  if value is None or np.ndim(value) == 0:
+    return value
+  v = _concrete(value)
+  if v is None:
+    return value  # traced: _tolerance says so
+  if v.ndim != 1 or v.shape[0] != d:
+    raise ValueError(f"{what} must be a scalar or of shape (d,) = ({d},); got shape {v.shape}")
+  return np.tile(v, 2)
+
+
 def _complex_size(y0):
   """d for a complex y0 of shape (N, d), else None."""
   try:
@@ -419,6 +435,9 @@ def _evaluate(dense_t, dense_f, n_accepted, t_final, y_final, t):
     segment = jnp.clip(jnp.searchsorted(s, u, side="left") - 1, 0, jnp.maximum(k - 1, 0))
     t_old, t_new = ts[segment], ts[segment + 1]
     f = fs[segment]  # (T, 8, d)
+    # No step kept: the rows are NaN; stand-ins keep the unused branch's derivatives finite.
+    f = jnp.where(k > 0, f, 0)
+    t_old, t_new = jnp.where(k > 0, t_old, 0), jnp.where(k > 0, t_new, 1)
     x = ((t - t_old) / (t_new - t_old))[:, None]
     y = jnp.zeros(f.shape[:1] + f.shape[2:], f.dtype)
     for i, r in enumerate(range(rows - 1, -1, -1)):
