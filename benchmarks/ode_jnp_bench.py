@@ -41,6 +41,7 @@ jax.config.update("jax_enable_x64", True)
 
 from jaxext import ode  # noqa: E402
 from jaxext.ode import models  # noqa: E402
+from ode_bench import interp_time  # noqa: E402 (the same work-precision interpolation)
 
 MU_E, RE, J2 = models.EARTH_MU, models.EARTH_RADIUS, models.EARTH_J2
 ARENSTORF_Y0 = np.array([0.994, 0.0, 0.0, -2.00158510637908252240537862224])
@@ -171,15 +172,6 @@ def diffrax_arm(diffrax, f, y0, args, axes, t1, tol):
 def error(y, ref):
   y, ref = np.asarray(y), np.asarray(ref)
   return float(np.median(np.max(np.abs(y - ref) / np.maximum(1, np.abs(ref)), axis=1)))
-
-
-def interp_time(points, err):
-  pts = sorted((e, t) for e, t in points if e > 0 and np.isfinite(e))
-  for (e0, t0), (e1, t1) in zip(pts, pts[1:]):
-    if e0 <= err <= e1:
-      w = 0.0 if e1 == e0 else (math.log(err) - math.log(e0)) / (math.log(e1) - math.log(e0))
-      return math.exp(math.log(t0) + w * (math.log(t1) - math.log(t0)))
-  return None
 
 
 def first_call(f, y0, args, axes, t1):

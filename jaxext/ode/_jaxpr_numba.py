@@ -516,13 +516,20 @@ def _product(w, a, b, dtype):
   return w.let(f"({text(a)} * {text(b)})", dtype)
 
 
+def _reduction_rows(eqn, x):
+  """x with the reduced axes (eqn's `axes`) moved last and flattened: row idx holds the terms
+  of result idx."""
+  axes = tuple(int(a) for a in eqn.params["axes"])
+  if not x.ndim:
+    return x.reshape(1)
+  keep = [d for d in range(x.ndim) if d not in axes]
+  return np.transpose(x, keep + list(axes)).reshape(tuple(x.shape[d] for d in keep) + (-1,))
+
+
 def _reduce(kind):
   def rule(w, eqn, x):
-    axes = tuple(int(a) for a in eqn.params["axes"])
     dtype = np.dtype(eqn.outvars[0].aval.dtype)
-    keep = [d for d in range(x.ndim) if d not in axes]
-    moved = np.transpose(x, keep + list(axes)).reshape(
-        tuple(x.shape[d] for d in keep) + (-1,)) if x.ndim else x.reshape(1)
+    moved = _reduction_rows(eqn, x)
     out = np.empty(eqn.outvars[0].aval.shape, object)
     for idx in np.ndindex(*out.shape):
       terms = list(moved[idx])
@@ -601,23 +608,29 @@ def _cumulative(kind):
   return rule
 
 
-def _dot_general(w, eqn, x, y):
+def _contractions(eqn, x, y):
+  """(result index, x's terms, y's terms) of each element of dot_general's result: batch and
+  free axes moved first, the contracted ones flattened last."""
   (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
   lc, rc, lb, rb = (tuple(int(d) for d in v) for v in (lc, rc, lb, rb))
-  dtype = np.dtype(eqn.outvars[0].aval.dtype)
-  x_dtype, y_dtype = (np.dtype(v.aval.dtype) for v in eqn.invars)
   lf = [d for d in range(x.ndim) if d not in lc and d not in lb]
   rf = [d for d in range(y.ndim) if d not in rc and d not in rb]
+  nb, nlf = len(lb), len(lf)
+  k = int(np.prod([x.shape[d] for d in lc], dtype=np.int64))
   xs = np.transpose(x, list(lb) + lf + list(lc))
   ys = np.transpose(y, list(rb) + rf + list(rc))
-  nb, nlf, nrf = len(lb), len(lf), len(rf)
-  k = int(np.prod([x.shape[d] for d in lc], dtype=np.int64))
   xs = xs.reshape(xs.shape[:nb + nlf] + (k,))
-  ys = ys.reshape(ys.shape[:nb + nrf] + (k,))
-  out = np.empty(eqn.outvars[0].aval.shape, object)
-  for idx in np.ndindex(*out.shape):
+  ys = ys.reshape(ys.shape[:nb + len(rf)] + (k,))
+  for idx in np.ndindex(*eqn.outvars[0].aval.shape):
     b, i, j = idx[:nb], idx[nb:nb + nlf], idx[nb + nlf:]
-    xv, yv = xs[b + i], ys[b + j]
+    yield idx, xs[b + i], ys[b + j]
+
+
+def _dot_general(w, eqn, x, y):
+  dtype = np.dtype(eqn.outvars[0].aval.dtype)
+  x_dtype, y_dtype = (np.dtype(v.aval.dtype) for v in eqn.invars)
+  out = np.empty(eqn.outvars[0].aval.shape, object)
+  for idx, xv, yv in _contractions(eqn, x, y):
     terms = []
     for a, c in zip(xv, yv):
       if _equals(a, 0) or _equals(c, 0):
@@ -1067,30 +1080,17 @@ def _c_select_n(w, eqn, pred, *cases):
 
 
 def _c_dot_general(w, eqn, x, y):
-  (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
-  lc, rc, lb, rb = (tuple(int(d) for d in v) for v in (lc, rc, lb, rb))
   real = _real_dtype(eqn.outvars[0].aval.dtype)
-  lf = [d for d in range(x.ndim) if d not in lc and d not in lb]
-  rf = [d for d in range(y.ndim) if d not in rc and d not in rb]
-  xs = np.transpose(x, list(lb) + lf + list(lc))
-  ys = np.transpose(y, list(rb) + rf + list(rc))
-  nb, nlf = len(lb), len(lf)
-  k = int(np.prod([x.shape[d] for d in lc], dtype=np.int64))
-  xs = xs.reshape(xs.shape[:nb + nlf] + (k,))
-  ys = ys.reshape(ys.shape[:nb + len(rf)] + (k,))
   out = np.empty(eqn.outvars[0].aval.shape, object)
-  for idx in np.ndindex(*out.shape):
-    b, i, j = idx[:nb], idx[nb:nb + nlf], idx[nb + nlf:]
-    terms = [_cmul(w, a, c, real) for a, c in zip(xs[b + i], ys[b + j])]
+  for idx, xv, yv in _contractions(eqn, x, y):
+    terms = [_cmul(w, a, c, real) for a, c in zip(xv, yv)]
     out[idx] = _C(_sum(w, [t.re for t in terms], real), _sum(w, [t.im for t in terms], real))
   return [out]
 
 
 def _c_reduce_sum(w, eqn, x):
-  axes = tuple(int(a) for a in eqn.params["axes"])
   real = _real_dtype(eqn.outvars[0].aval.dtype)
-  keep = [d for d in range(x.ndim) if d not in axes]
-  moved = np.transpose(x, keep + list(axes)).reshape(tuple(x.shape[d] for d in keep) + (-1,))
+  moved = _reduction_rows(eqn, x)
   out = np.empty(eqn.outvars[0].aval.shape, object)
   for idx in np.ndindex(*out.shape):
     parts = [_parts(z, real) for z in moved[idx]]

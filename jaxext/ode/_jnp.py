@@ -183,6 +183,14 @@ def _identifier(text):
   return s if s and not s[0].isdigit() else f"f_{s}"
 
 
+def _signature(args_layout: ArgsLayout, n: int, dtype):
+  """What every generated function takes, t, y (n,) and a parameter row: their abstract values
+  for tracing, and their (name, shape) for the translation."""
+  avals = (jax.ShapeDtypeStruct((), dtype), jax.ShapeDtypeStruct((n,), dtype),
+           jax.ShapeDtypeStruct((args_layout.size,), dtype))
+  return avals, [("t", ()), ("y", (n,)), ("p", (args_layout.size,))]
+
+
 def rhs(fn, args_layout: ArgsLayout, n: int, dtype) -> functions.Rhs:
   """A Numba-compilable Rhs (and Jacobian) written from the jax.numpy function fn(t, y, args)."""
   name = _name(fn, "rhs")
@@ -203,9 +211,7 @@ def rhs(fn, args_layout: ArgsLayout, n: int, dtype) -> functions.Rhs:
       raise TypeError(f"{where} returned complex values; the state is real")
     return out.astype(dtype)
 
-  avals = (jax.ShapeDtypeStruct((), dtype), jax.ShapeDtypeStruct((n,), dtype),
-           jax.ShapeDtypeStruct((args_layout.size,), dtype))
-  inputs = [("t", ()), ("y", (n,)), ("p", (args_layout.size,))]
+  avals, inputs = _signature(args_layout, n, dtype)
   base = _identifier(name)
   fn_py = _translate(_trace(flat, avals, where), name=f"{base}__jaxext_rhs", where=where,
                      inputs=inputs, outputs=["dydt"])
@@ -253,9 +259,7 @@ def event(e: functions.Event, index: int, args_layout: ArgsLayout, n: int, dtype
       raise TypeError(f"{where} must return a real number; got dtype {out.dtype}")
     return out.reshape(()).astype(dtype)
 
-  avals = (jax.ShapeDtypeStruct((), dtype), jax.ShapeDtypeStruct((n,), dtype),
-           jax.ShapeDtypeStruct((args_layout.size,), dtype))
-  inputs = [("t", ()), ("y", (n,)), ("p", (args_layout.size,))]
+  avals, inputs = _signature(args_layout, n, dtype)
   base = _identifier(e.name)
   fn_py = _translate(_trace(flat, avals, where), name=f"{base}__jaxext_event", where=where,
                      inputs=inputs, outputs=[None])

@@ -283,10 +283,7 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
                   "raised to it (scipy's rule, for the integration's own precision)",
                   stacklevel=2)
     rtol = tuple(max(r, floor) for r in rtol)
-  try:
-    max_steps = operator.index(max_steps)
-  except TypeError:
-    raise TypeError(f"max_steps must be an int; got {type(max_steps).__name__}") from None
+  max_steps = _static_int(max_steps, "max_steps")
   if not 1 <= max_steps <= _MAX_STEPS_LIMIT:
     raise ValueError(f"max_steps must be in [1, {_MAX_STEPS_LIMIT}]; got {max_steps}")
   first_step = 0.0 if first_step is None else _positive(first_step, "first_step")
@@ -294,10 +291,7 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
     if span is not None and np.any(first_step > np.abs(span[:, 1] - span[:, 0])):
       raise ValueError("first_step exceeds the length of t_span (as scipy refuses)")
   max_step = math.inf if max_step is None else _positive(max_step, "max_step", allow_inf=True)
-  try:
-    event_slots = operator.index(event_slots)
-  except TypeError:
-    raise TypeError(f"event_slots must be an int; got {type(event_slots).__name__}") from None
+  event_slots = _static_int(event_slots, "event_slots")
   if event_slots < 1:
     raise ValueError(f"event_slots must be >= 1; got {event_slots}")
 
@@ -403,14 +397,17 @@ DEFAULT_DENSE_STEPS = 1000
 def _dense_steps(dense) -> int:
   if isinstance(dense, (bool, np.bool_)):
     return DEFAULT_DENSE_STEPS if dense else 0
-  try:
-    steps = operator.index(dense)
-  except TypeError:
-    raise TypeError(f"dense must be a bool or an int (steps kept); got {type(dense).__name__}"
-                    ) from None
+  steps = _static_int(dense, "dense", "a bool or an int (steps kept)")
   if not 1 <= steps <= _MAX_STEPS_LIMIT:
     raise ValueError(f"dense: the steps kept must be in [1, {_MAX_STEPS_LIMIT}]; got {steps}")
   return steps
+
+
+def _static_int(value, what, kind="an int") -> int:
+  try:
+    return operator.index(value)
+  except TypeError:
+    raise TypeError(f"{what} must be {kind}; got {type(value).__name__}") from None
 
 
 def _evaluate(dense_t, dense_f, n_accepted, t_final, y_final, t):
@@ -861,7 +858,8 @@ def _rhs_at(user, model, t, y, p, valid=None):
   if valid is None:
     valid = jnp.all(jnp.isfinite(y), axis=1) & jnp.isfinite(t)
   if user is None or user.rhs is None:
-    # A stand-in state on unused rows (|r| twice the body's radius) keeps the formulas finite.
+    # A stand-in state on unused rows (|r| twice the body's radius, r . v nonzero) keeps the
+    # built-in model's formulas finite there.
     stand_in = jnp.asarray([2 * float(model[1]), 0, 0, 1, 1, 0], y.dtype)
     f = models.rhs_from_constants(model, jnp.where(valid[:, None], y, stand_in), p)
   else:
@@ -913,17 +911,8 @@ def _event_tangents(events, user, model, p, dz, t_events, y_events_aug, t_final,
   unflat = lambda x: x.reshape(rows_t.shape + x.shape[1:])
   t_nan = jnp.where(valid, rows_t, jnp.nan)
 
-  # f at every row.
-  if user is None or user.rhs is None:
-    # Unused rows get a harmless stand-in state (|r| twice the body's radius, r . v nonzero) so
-    # that the built-in model's formulas stay finite there.
-    big = 2 * float(model[1])
-    y_model = jnp.where(valid[..., None], y, jnp.asarray([big, 0, 0, 1, 1, 0], dtype))
-    f = models.rhs_from_constants(model, y_model, p_rows)
-  else:
-    from jaxext.ode import _rows
-    f = unflat(_rows.rhs(user.rhs.fn, user.rhs.name, flat(t_nan), flat(y), flat(p_rows),
-                         boundscheck=user.rhs.boundscheck))
+  # f at every row (0 on unused ones).
+  f = unflat(_rhs_at(user, model, flat(t_nan), flat(y), flat(p_rows), flat(valid)))
 
   # g's gradient at every row, event by event.
   g_t = jnp.zeros(rows_t.shape, dtype)
