@@ -7,8 +7,9 @@ random orientations) with area-to-mass ratios from compact pieces to thin foil (
 coefficients B = C_d A / m, log-uniform 0.005-0.5 m^2/kg). `jaxext.ode.dop853` integrates all of
 them with the built-in C++ model (two-body + J2 + drag in a co-rotating exponential atmosphere),
 each with its own adaptive steps, and a terminal altitude event at 100 km marks the ones that
-re-enter. The PNG shows the altitude distribution before and after; the survivors' altitudes are
-the radius minus the Earth's equatorial radius at the end of the day.
+re-enter. The figure (matplotlib; PNG or PDF, by the --out suffix) shows the altitude
+distribution before and after; the survivors' altitudes are the radius minus the Earth's
+equatorial radius at the end of the day.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import time
 
 import jax
 import numpy as np
+from matplotlib.figure import Figure
 
-from examples import figure
 from jaxext import ode
 
 MODEL = ode.models.earth(j2=True, drag=True)
@@ -63,12 +64,25 @@ def altitudes(states) -> np.ndarray:
   return np.linalg.norm(np.asarray(states)[:, :3], axis=1) - ode.models.EARTH_RADIUS
 
 
+def draw(before: np.ndarray, after: np.ndarray, hours: float, reentered: int) -> Figure:
+  """Histograms of the fragments' altitudes [km] before and after `hours` (a matplotlib Figure;
+  `.savefig(path)` writes it)."""
+  fig = Figure(figsize=(7.2, 4.0), layout="constrained")
+  ax = fig.subplots()
+  bins = np.linspace(0.0, 1600.0, 65)
+  ax.hist([before, after], bins, color=["0.6", "C0"], label=["before", f"after {hours:g} h"])
+  ax.set_xlabel("altitude [km]")
+  ax.set_ylabel("fragments per 25 km")
+  ax.legend(title=f"re-entered: {reentered}")
+  return fig
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--fragments", type=int, default=10_000)
   p.add_argument("--hours", type=float, default=24.0)
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--out", default=None, help="PNG path (default: debris_cloud.png in the working "
+  p.add_argument("--out", default=None, help="figure path, .png or .pdf (default: debris_cloud.png in the working "
                  "directory, or in BUILD_WORKSPACE_DIRECTORY under `bazel run`)")
   args = p.parse_args(argv)
   jax.config.update("jax_enable_x64", True)
@@ -94,11 +108,7 @@ def main(argv=None) -> int:
       f"their median B = {np.median(b[decayed]):.3f} m^2/kg vs {np.median(b[~decayed]):.3f} for "
       "the survivors" if decayed.any() else ""))
   before, after = altitudes(y0), altitudes(sol.y_final)[~decayed]
-  img = figure.histograms(
-      [before, after], np.linspace(0, 1600, 65), ["BEFORE", f"AFTER {args.hours:g} H"],
-      [(150, 150, 150), (30, 110, 220)], x_label="ALTITUDE KM",
-      notes=[f"RE-ENTERED: {int(decayed.sum())}"])
-  figure.write_png(out, img)
+  draw(before, after, args.hours, int(decayed.sum())).savefig(out, dpi=100)
   print(f"wrote {out}: altitude distribution before and after")
   return 0
 

@@ -11,8 +11,8 @@ explicit Euler step is a 5-point stencil written as a Numba kernel (`jaxext.numb
 `--steps` times in a `lax.fori_loop` under `jax.jit`; `jax.vmap` runs four (F, k) regimes at once
 (vmap="sequential": the stencil couples neighbouring cells, so each grid is its own kernel call,
 looped natively). F and k are inputs (arrays, so vmap can batch them); the diffusion rates and
-the time step are static parameters. The result is written as a PNG mosaic of the V field, one
-panel per regime (PNG encoded here with zlib: no plotting library needed).
+the time step are static parameters. The V field of each regime is drawn with matplotlib, one
+panel per regime on one colour scale (PNG or PDF, by the --out suffix).
 
 The same step in jnp (`step_jnp`) is the reference: tests/examples check the kernel against it.
 """
@@ -27,9 +27,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from matplotlib.figure import Figure
 
 import jaxext
-from examples.figure import write_png
 
 # (name, F, k): Pearson's classification of the Gray-Scott patterns.
 REGIMES = [
@@ -107,30 +107,20 @@ def run_regimes(size: int, steps: int, seed: int = 0, use_kernel: bool = True):
   return np.asarray(v)
 
 
-# -- PNG output ---------------------------------------------------------------------------------
-
-# A perceptually ordered dark-blue -> teal -> yellow ramp (anchor colours, linearly interpolated).
-_RAMP = np.array([[13, 8, 70], [40, 60, 140], [30, 130, 140], [90, 190, 100], [250, 230, 40]],
-                 float)
-
-
-def colorize(field: np.ndarray) -> np.ndarray:
-  """(h, w) floats -> (h, w, 3) uint8 on _RAMP, scaled to the field's own range."""
-  lo, hi = float(np.min(field)), float(np.max(field))
-  t = (field - lo) / (hi - lo) if hi > lo else np.zeros_like(field)
-  x = t * (len(_RAMP) - 1)
-  i = np.clip(np.floor(x).astype(int), 0, len(_RAMP) - 2)
-  w = (x - i)[..., None]
-  return np.round(_RAMP[i] * (1 - w) + _RAMP[i + 1] * w).astype(np.uint8)
-
-
-def mosaic(panels: list[np.ndarray], gap: int = 4) -> np.ndarray:
-  """Side by side, separated by white gaps."""
-  h = max(p.shape[0] for p in panels)
-  parts = []
-  for p in panels:
-    parts += [p, np.full((h, gap, 3), 255, np.uint8)]
-  return np.concatenate(parts[:-1], axis=1)
+def draw(v: np.ndarray, steps: int) -> Figure:
+  """The V fields (one per regime of REGIMES) side by side on one colour scale, with a colour bar
+  (a matplotlib Figure; `.savefig(path)` writes it)."""
+  fig = Figure(figsize=(3.0 * len(v) + 1.0, 3.4), layout="constrained")
+  axes = fig.subplots(1, len(v))
+  lo, hi = float(np.min(v)), float(np.max(v))
+  for ax, field, (name, f, k) in zip(axes, v, REGIMES):
+    im = ax.imshow(field, cmap="viridis", vmin=lo, vmax=hi, interpolation="nearest")
+    ax.set_title(f"{name}: F = {f}, k = {k}", fontsize=10)
+    ax.set_xticks([])
+    ax.set_yticks([])
+  fig.colorbar(im, ax=axes, shrink=0.85, label="V")
+  fig.suptitle(f"Gray-Scott, {steps} steps")
+  return fig
 
 
 def main(argv=None) -> int:
@@ -138,8 +128,8 @@ def main(argv=None) -> int:
   p.add_argument("--size", type=int, default=200)
   p.add_argument("--steps", type=int, default=6000)
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--out", default=None, help="PNG path (default: gray_scott.png in the working "
-                 "directory, or in BUILD_WORKSPACE_DIRECTORY under `bazel run`)")
+  p.add_argument("--out", default=None, help="figure path, .png or .pdf (default: gray_scott.png "
+                 "in the working directory, or in BUILD_WORKSPACE_DIRECTORY under `bazel run`)")
   args = p.parse_args(argv)
   jax.config.update("jax_enable_x64", True)
   out = args.out or os.path.join(os.environ.get("BUILD_WORKSPACE_DIRECTORY", "."),
@@ -154,7 +144,7 @@ def main(argv=None) -> int:
   if not np.all(np.isfinite(v)):
     print("non-finite field: the step is unstable for these parameters", file=sys.stderr)
     return 1
-  write_png(out, mosaic([colorize(f) for f in v]))
+  draw(v, args.steps).savefig(out, dpi=100)
   print(f"wrote {out}: V after {args.steps} steps, panels left to right: "
         + ", ".join(f"{name} (F={f}, k={k})" for name, f, k in REGIMES))
   return 0

@@ -18,6 +18,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from matplotlib.figure import Figure
 
 jax.config.update("jax_enable_x64", True)
 
@@ -78,7 +79,7 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--vy0", type=float, default=-2.0, help="initial guess of vy(0)")
   p.add_argument("--period", type=float, default=17.0, help="initial guess of the period")
-  p.add_argument("--out", default=None, help="PNG path (default: periodic_orbit.png here)")
+  p.add_argument("--out", default=None, help="figure path, .png or .pdf (default: periodic_orbit.png here)")
   args = p.parse_args(argv)
   t = time.perf_counter()
   path = shoot(jnp.array([args.vy0, args.period]))
@@ -90,23 +91,25 @@ def main(argv=None):
           f"|(y, vx)(T / 2)| = {float(jnp.linalg.norm(residual(jnp.array([a, b])))):.2e}")
   out = args.out or os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()),
                                  "periodic_orbit.png")
-  write_figure(out, orbit(*path[0]), orbit(vy0, period))
+  draw(orbit(*path[0]), orbit(vy0, period)).savefig(out, dpi=100)
   print(f"wrote {out}")
   return path
 
 
-def write_figure(path, guess, found):
-  from examples import figure  # noqa: PLC0415
-  img = figure.panels(
-      [{"height": 1, "y_label": "Y (ROTATING FRAME)",
-        "lines": [(guess[:, 0], guess[:, 1], (230, 120, 40)),
-                  (found[:, 0], found[:, 1], (40, 90, 200))],
-        "points": [([-MU], [0.0], (0, 0, 0)), ([1 - MU], [0.0], (120, 120, 120))]}],
-      x_label="X (EARTH-MOON DISTANCES)", size=(760, 620),
-      legend=[("INITIAL GUESS OVER ONE PERIOD", (230, 120, 40)),
-              ("PERIODIC ORBIT FOUND", (40, 90, 200)),
-              ("EARTH", (0, 0, 0)), ("MOON", (120, 120, 120))], legend_at=(0.03, 0.05))
-  figure.write_png(path, img)
+def draw(guess, found):
+  """The initial guess over one period and the periodic orbit found, in the rotating frame, with
+  the Earth and the Moon (a matplotlib Figure; `.savefig(path)` writes it)."""
+  fig = Figure(figsize=(7.6, 6.2), layout="constrained")
+  ax = fig.subplots()
+  ax.plot(guess[:, 0], guess[:, 1], color="C1", lw=1, label="initial guess over one period")
+  ax.plot(found[:, 0], found[:, 1], color="C0", lw=2, label="periodic orbit found")
+  ax.plot([-MU], [0.0], "o", color="k", ms=8, label="Earth")
+  ax.plot([1 - MU], [0.0], "o", color="0.5", ms=4, label="Moon")
+  ax.set_aspect("equal")
+  ax.set_xlabel("x [Earth-Moon distances]")
+  ax.set_ylabel("y (rotating frame)")
+  ax.legend(loc="upper right", fontsize="small")
+  return fig
 
 
 if __name__ == "__main__":

@@ -1,17 +1,18 @@
 """The periodic-orbit example: Newton's method converges quadratically to Arenstorf's published
 initial velocity and period; scipy's DOP853, with the model written again in NumPy, confirms that
-the orbit found closes on itself after one period; the PNG decodes."""
+the orbit found closes on itself after one period; the figure shows both orbits."""
 
 import os
 import tempfile
 
 import jax
+import matplotlib.image
 import numpy as np
 import scipy.integrate
 
 jax.config.update("jax_enable_x64", True)
 
-from examples import figure, periodic_orbit  # noqa: E402
+from examples import periodic_orbit  # noqa: E402
 
 
 def _numpy_rhs(t, y, mu=periodic_orbit.MU):
@@ -34,5 +35,15 @@ def test_shooting_finds_the_published_orbit():
   ref = scipy.integrate.solve_ivp(_numpy_rhs, (0.0, period), [periodic_orbit.X0, 0.0, 0.0, vy0],
                                   method="DOP853", rtol=1e-12, atol=1e-12)
   np.testing.assert_allclose(ref.y[:, -1], [periodic_orbit.X0, 0.0, 0.0, vy0], atol=1e-6)
-  img = figure.read_png(out)
-  assert img.shape == (620, 760, 3) and (img != 255).any()
+  img = matplotlib.image.imread(out)
+  assert img.shape == (620, 760, 4) and (img[..., :3] < 1).any()
+
+
+def test_figure_shows_both_orbits_and_the_bodies():
+  circle = np.stack([np.cos(np.linspace(0, 6.3, 50)), np.sin(np.linspace(0, 6.3, 50))], 1)
+  fig = periodic_orbit.draw(0.5 * circle, circle)
+  (ax,) = fig.axes
+  labels = [t.get_text() for t in ax.get_legend().get_texts()]
+  assert labels == ["initial guess over one period", "periodic orbit found", "Earth", "Moon"]
+  np.testing.assert_array_equal(ax.lines[1].get_xydata(), circle)
+  assert ax.lines[3].get_xdata()[0] == 1 - periodic_orbit.MU

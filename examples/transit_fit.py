@@ -4,8 +4,8 @@ Simulates a noisy, exposure-smeared transit of a hot Jupiter (quadratic limb dar
 eccentric orbit with known e and omega, known period), then recovers the time of transit, radius
 ratio, impact parameter, semi-major axis and both limb-darkening coefficients by Levenberg-Marquardt
 on the exact Jacobian (forward-mode JAX through the ops' analytic derivatives), and reports
-1-sigma uncertainties from the Fisher information (J^T J / sigma^2)^-1. Writes a PNG: the data,
-the best-fit model and the residuals.
+1-sigma uncertainties from the Fisher information (J^T J / sigma^2)^-1. Draws the data, the
+best-fit model and the residuals with matplotlib (PNG or PDF, by the --out suffix).
 
     bazel run //examples:transit_fit            # add --seed N for another noise realisation
 """
@@ -21,8 +21,9 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
+from matplotlib.figure import Figure  # noqa: E402
+
 import jaxext  # noqa: E402
-from examples import figure  # noqa: E402
 
 NAMES = ("t0 [d]", "r = Rp/Rs", "impact", "a/Rs", "u1", "u2")
 TRUTH = np.array([0.0123, 0.105, 0.42, 11.3, 0.46, 0.21])
@@ -61,22 +62,25 @@ def fit(t, y, sigma, theta0, iterations=60):
   return theta, jnp.linalg.inv(J.T @ J), chi2
 
 
-def write_figure(path, t, y, theta, sigma):
-  """Data (grey), the best-fit model on a fine grid (red) and the residuals in ppm, against hours
-  from mid-transit."""
+def draw(t, y, theta, sigma) -> Figure:
+  """Data, the best-fit model on a fine grid and the residuals in ppm, against hours from
+  mid-transit (a matplotlib Figure; `.savefig(path)` writes it)."""
   t0 = float(theta[0])
   hours = (np.asarray(t) - t0) * 24
   fine = jnp.linspace(float(t.min()), float(t.max()), 1500)
   best = np.asarray(model(theta, fine))
   resid_ppm = (np.asarray(y) - np.asarray(model(theta, t))) * 1e6
-  grey, red = (150, 150, 150), (215, 40, 40)
-  img = figure.panels(
-      [dict(height=2.2, y_label="RELATIVE FLUX",
-            points=[(hours, np.asarray(y), grey)], lines=[((np.asarray(fine) - t0) * 24, best, red)]),
-       dict(height=1, y_label="RESIDUALS PPM", points=[(hours, resid_ppm, grey)], zero=True)],
-      x_label="HOURS FROM MID-TRANSIT",
-      legend=[("DATA", grey), ("BEST FIT", red), (f"SIGMA {sigma * 1e6:.0f} PPM", (255, 255, 255))])
-  figure.write_png(path, img)
+  fig = Figure(figsize=(7.6, 5.6), layout="constrained")
+  top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[2.2, 1])
+  top.plot(hours, np.asarray(y), ".", ms=2, color="0.6", label=f"data (σ = {sigma * 1e6:.0f} ppm)")
+  top.plot((np.asarray(fine) - t0) * 24, best, color="C3", lw=1.5, label="best fit")
+  top.set_ylabel("relative flux")
+  top.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)
+  bottom.plot(hours, resid_ppm, ".", ms=2, color="0.6")
+  bottom.axhline(0.0, color="C3", lw=1)
+  bottom.set_ylabel("residuals [ppm]")
+  bottom.set_xlabel("hours from mid-transit")
+  return fig
 
 
 def main(argv=None):
@@ -87,8 +91,8 @@ def main(argv=None):
   parser.add_argument("--check", action="store_true",
                       help="exit 1 unless every parameter is recovered within 4 sigma")
   parser.add_argument("--out", default=None,
-                      help="PNG path (default: transit_fit.png in the working directory, or in "
-                      "BUILD_WORKSPACE_DIRECTORY under `bazel run`)")
+                      help="figure path, .png or .pdf (default: transit_fit.png in the working "
+                      "directory, or in BUILD_WORKSPACE_DIRECTORY under `bazel run`)")
   args = parser.parse_args(argv)
   out = args.out or os.path.join(os.environ.get("BUILD_WORKSPACE_DIRECTORY", "."),
                                  "transit_fit.png")
@@ -119,7 +123,7 @@ def main(argv=None):
   ok = (bool(np.all(np.abs(pulls) < 4)) and 0.8 < chi2 / dof < 1.2
         and err[1] < 0.05 * theta[1] and err[2] < 0.2)
   print("\nall parameters within 4 sigma of the truth" if ok else "\nFIT FAILED")
-  write_figure(out, t, y, jnp.asarray(theta), sigma)
+  draw(t, y, jnp.asarray(theta), sigma).savefig(out, dpi=100)
   print(f"wrote {out}: data, best-fit model and residuals")
   if args.check and not ok:
     return 1

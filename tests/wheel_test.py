@@ -82,7 +82,8 @@ def test_metadata_and_record():
     for field in ["Name: jaxext", "Requires-Python: >=3.", "Requires-Dist: jax>=",
                   "Requires-Dist: jaxlib>=", "License-Expression: MIT", "Provides-Extra: numba",
                   'Requires-Dist: numba>=0.68.1; extra == "numba"', "Provides-Extra: numba-cuda",
-                  'Requires-Dist: numba-cuda[cu13]>=0.30.4; extra == "numba-cuda"']:
+                  'Requires-Dist: numba-cuda[cu13]>=0.30.4; extra == "numba-cuda"',
+                  "Provides-Extra: examples", 'Requires-Dist: matplotlib>=3.8; extra == "examples"']:
       assert field in meta, field
     floor = re.search(r"Requires-Dist: jaxlib>=([\d.]+)", meta).group(1)
     import jax
