@@ -69,7 +69,7 @@ def draw(before: np.ndarray, after: np.ndarray, hours: float, reentered: int) ->
   `.savefig(path)` writes it)."""
   fig = Figure(figsize=(7.2, 4.0), layout="constrained")
   ax = fig.subplots()
-  bins = np.linspace(0.0, 1600.0, 65)
+  bins = np.linspace(0.0, 1600.0, 65).tolist()
   ax.hist([before, after], bins, color=["0.6", "C0"], label=["before", f"after {hours:g} h"])
   ax.set_xlabel("altitude [km]")
   ax.set_ylabel("fragments per 25 km")

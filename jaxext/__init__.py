@@ -21,6 +21,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from jaxext import _ffi
 from jaxext import equivariant
 from jaxext import ode
@@ -28,6 +31,9 @@ from jaxext.kepler import kepler, kepler_p
 from jaxext.limbdark import limb_dark_flux, limbdark_p, quadratic_limb_dark_flux
 from jaxext.transit import sky_separation, transit_light_curve
 from jaxext.version import __version__
+
+if TYPE_CHECKING:
+  from jaxext.numba_bridge.kernel import GridSpec, NumbaKernel, OutputsFn, VmapMode
 
 _ffi.register_all()
 platforms = _ffi.platforms
@@ -43,8 +49,8 @@ def _numba_bridge(what: str, extra: str):
   return kernel
 
 
-def numba_kernel(outputs, *, vmap: str = "sequential", name: str | None = None,
-                 boundscheck: bool = False):
+def numba_kernel(outputs: OutputsFn, *, vmap: VmapMode = "sequential", name: str | None = None,
+                 boundscheck: bool = False) -> Callable[[Callable[..., None]], NumbaKernel]:
   """Decorator: a Numba-compatible function as a JAX operation (jaxext.numba_bridge.kernel).
 
   Args:
@@ -61,8 +67,10 @@ def numba_kernel(outputs, *, vmap: str = "sequential", name: str | None = None,
       outputs, vmap=vmap, name=name, boundscheck=boundscheck)
 
 
-def numba_cuda_kernel(outputs, *, grid=None, block=256, shared_mem: int = 0,
-                      vmap: str = "sequential", name: str | None = None, fastmath: bool = False):
+def numba_cuda_kernel(outputs: OutputsFn, *, grid: GridSpec | None = None,
+                      block: int | tuple[int, ...] = 256, shared_mem: int = 0,
+                      vmap: VmapMode = "sequential", name: str | None = None,
+                      fastmath: bool = False) -> Callable[[Callable[..., None]], NumbaKernel]:
   """Decorator: a numba.cuda kernel as a JAX operation on CUDA devices
   (jaxext.numba_bridge.kernel.numba_cuda_kernel).
 

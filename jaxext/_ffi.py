@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import os
 import threading
+from typing import Any
 
 import jax
 
@@ -62,7 +63,7 @@ _SYMBOLS = {
 
 # Targets whose handlers differ in shape between platforms: name -> {platform: symbol, or
 # {execution stage: symbol}}.
-_STAGED_SYMBOLS = {
+_STAGED_SYMBOLS: dict[str, dict[str, Any]] = {
     "jaxext_dop853": {"cpu": "JaxextDop853Cpu",
                       "cuda": {"initialize": "JaxextDop853CudaInitialize",
                                "execute": "JaxextDop853Cuda"}},
@@ -97,13 +98,13 @@ def _register_library(platform: str, path: str) -> list[str]:
     _register(name, jax.ffi.pycapsule(fn), platform)
     names.append(name)
   for name, platforms in _STAGED_SYMBOLS.items():
-    symbol = platforms.get("cpu" if platform == "cpu" else "cuda")
-    if symbol is None:
+    staged = platforms.get("cpu" if platform == "cpu" else "cuda")
+    if staged is None:
       continue
-    if isinstance(symbol, str):
-      handler = jax.ffi.pycapsule(getattr(lib, symbol))
+    if isinstance(staged, str):
+      handler = jax.ffi.pycapsule(getattr(lib, staged))
     else:
-      handler = {stage: jax.ffi.pycapsule(getattr(lib, s)) for stage, s in symbol.items()}
+      handler = {stage: jax.ffi.pycapsule(getattr(lib, s)) for stage, s in staged.items()}
     _register(name, handler, platform)
     names.append(name)
   return names
@@ -189,7 +190,7 @@ def platforms() -> dict[str, tuple[str, ...]]:
   """
   registered = {("cpu" if p == "cpu" else "cuda"): set(names)
                 for p, names in register_all().items()}
-  out = {}
+  out: dict[str, tuple[str, ...]] = {}
   for op, (targets, module) in _OPS.items():
     if module is not None and importlib.util.find_spec(module) is None:
       out[op] = ()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,7 +21,7 @@ def static_int(v) -> bool:
   return isinstance(v, int) and not isinstance(v, bool)
 
 
-def float_operand(x, name: str):
+def float_operand(x: Any, name: str) -> jax.Array:
   """Converts `x` to an array of a floating dtype, or raises TypeError naming `name`.
 
   Integers are promoted to JAX's default float; float16/bfloat16 to float32. Booleans, complex
@@ -50,7 +52,7 @@ def float_operand(x, name: str):
   return jnp.asarray(x)
 
 
-def rows_operand(x, name: str):
+def rows_operand(x: Any, name: str) -> jax.Array:
   """`float_operand` of an array with a leading axis of rows, or ValueError naming `name`."""
   x = float_operand(x, name)
   if x.ndim < 1:
@@ -69,7 +71,7 @@ def int32_indices(ids, bound: int):
   return jnp.clip(ids, max(info.min, -1), min(info.max, bound)).astype(jnp.int32)
 
 
-def integer_operand(x, name: str):
+def integer_operand(x: Any, name: str) -> jax.Array:
   """`x` as an array of an integer dtype, or TypeError naming `name`."""
   if not isinstance(x, jax.Array) and not jax.config.jax_enable_x64:
     # With x64 off jnp would wrap NumPy's 64-bit (and uint32) values to 32 bits (2**32 + 1 -> 1):

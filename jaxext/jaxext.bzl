@@ -179,7 +179,7 @@ def _jaxext_wheel_impl(ctx):
     for dep in ctx.attr.deps:
         for f in dep[DefaultInfo].default_runfiles.files.to_list():
             path = f.short_path
-            if path.startswith(ctx.attr.package_dir + "/") and (path.endswith(".py") or path.endswith(".so")):
+            if path.startswith(ctx.attr.package_dir + "/") and (path.endswith(".py") or path.endswith(".so") or path.endswith("/py.typed")):
                 files.append(f)
     files = sorted({f.short_path: f for f in files}.values(), key = lambda f: f.short_path)
     args = ctx.actions.args()

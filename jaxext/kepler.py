@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
@@ -34,7 +35,7 @@ kepler_p = Primitive("jaxext_kepler")
 kepler_p.multiple_results = True
 
 
-def kepler(mean_anomaly, eccentricity):
+def kepler(mean_anomaly: ArrayLike, eccentricity: ArrayLike) -> tuple[jax.Array, jax.Array]:
   """Solves Kepler's equation E - e sin E = M for the eccentric anomaly E.
 
   Args:
@@ -53,7 +54,7 @@ def kepler(mean_anomaly, eccentricity):
   e = float_operand(eccentricity, "eccentricity")
   dtype = jnp.result_type(m, e)
   if dtype not in (jnp.float32, jnp.float64):
-    dtype = jnp.float32
+    dtype = np.dtype(np.float32)
   try:
     shape = jnp.broadcast_shapes(jnp.shape(m), jnp.shape(e))
   except ValueError as err:

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
@@ -52,7 +53,7 @@ limbdark_p = Primitive("jaxext_limbdark")
 limbdark_p.multiple_results = True
 
 
-def limb_dark_flux(b, r, u):
+def limb_dark_flux(b: ArrayLike, r: ArrayLike, u: ArrayLike) -> jax.Array:
   """Relative flux of a star with polynomial limb darkening, occulted by a disk.
 
   Args:
@@ -83,7 +84,7 @@ def limb_dark_flux(b, r, u):
     raise ValueError(f"u has {order} coefficients; at most {MAX_ORDER} are supported")
   dtype = jnp.result_type(b, r, u)
   if dtype not in (jnp.float32, jnp.float64):
-    dtype = jnp.float32
+    dtype = np.dtype(np.float32)
   try:
     shape = jnp.broadcast_shapes(jnp.shape(b), jnp.shape(r), u.shape[:-1])
   except ValueError as err:
@@ -103,7 +104,8 @@ def limb_dark_flux(b, r, u):
   return flux
 
 
-def quadratic_limb_dark_flux(b, r, u1, u2):
+def quadratic_limb_dark_flux(b: ArrayLike, r: ArrayLike, u1: ArrayLike,
+                             u2: ArrayLike) -> jax.Array:
   """`limb_dark_flux` for the quadratic law I(mu) = 1 - u1 (1 - mu) - u2 (1 - mu)^2.
 
   u1 and u2 may be arrays; they broadcast against b and r.

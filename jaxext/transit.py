@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
@@ -79,7 +80,9 @@ def _safe_sqrt(x):
   return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, 1)), 0)
 
 
-def sky_separation(t, *, period, t0, a, impact=None, inclination=None, ecc=0.0, omega=0.0):
+def sky_separation(t: ArrayLike, *, period: ArrayLike, t0: ArrayLike, a: ArrayLike,
+                   impact: ArrayLike | None = None, inclination: ArrayLike | None = None,
+                   ecc: ArrayLike = 0.0, omega: ArrayLike = 0.0) -> tuple[jax.Array, jax.Array]:
   """Sky-projected planet-star distance (stellar radii) and whether the planet is in front.
 
   Give exactly one of `impact` (impact parameter) and `inclination` (radians).
@@ -149,8 +152,11 @@ def _kernel_params(*, period, t0, a, r, impact, inclination, ecc, omega, texp):
   return jnp.stack([jnp.broadcast_to(c, shape) for c in cols], axis=-1)
 
 
-def transit_light_curve(t, *, period, t0, a, r, u, impact=None, inclination=None, ecc=0.0,
-                        omega=0.0, texp=None, oversample=7):
+def transit_light_curve(t: ArrayLike, *, period: ArrayLike, t0: ArrayLike, a: ArrayLike,
+                        r: ArrayLike, u: ArrayLike, impact: ArrayLike | None = None,
+                        inclination: ArrayLike | None = None, ecc: ArrayLike = 0.0,
+                        omega: ArrayLike = 0.0, texp: ArrayLike | None = None,
+                        oversample: int = 7) -> jax.Array:
   """Relative flux of a star with polynomial limb darkening transited by a dark planet.
 
   Args:
@@ -189,8 +195,8 @@ def transit_light_curve(t, *, period, t0, a, r, u, impact=None, inclination=None
     raise ValueError(f"oversample must be a positive odd integer (at most 2**20); got "
                      f"{oversample!r}")
   t = float_operand(t, "t")
-  named = dict(period=period, t0=t0, a=a, r=r, ecc=ecc, omega=omega,
-               texp=0.0 if texp is None else texp)
+  named: dict[str, ArrayLike | None] = dict(period=period, t0=t0, a=a, r=r, ecc=ecc,
+                                            omega=omega, texp=0.0 if texp is None else texp)
   if impact is not None:
     named["impact"] = impact
   else:

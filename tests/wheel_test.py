@@ -104,6 +104,7 @@ def test_metadata_and_record():
     for info in z.infolist():
       assert info.date_time == (1980, 1, 1, 0, 0, 0)
     assert "jaxext/cpu/_cpu_ops.so" in names
+    assert "jaxext/py.typed" in names  # PEP 561: users' type checkers read the annotations
 
 
 # The script run in the clean environment (tests/wheel_script.py): every op under jit, vmap and

@@ -9,8 +9,19 @@ result is an IrrepsArray of the same class when an input was one. `Irreps` objec
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 from jaxext.equivariant import _irreps
+
+# The static types of e3nn-jax's objects as jaxext's signatures name them. e3nn-jax ships no type
+# information, so a type checker sees its objects as Any: these aliases document, and overloads
+# keep a plain jax.Array in -> jax.Array out precise.
+IrrepsArray: TypeAlias = Any
+Irreps: TypeAlias = Any
+# An irreps argument: a string such as "64x0e+64x1o", (multiplicity, l, parity) triples, or an
+# e3nn_jax.Irreps.
+IrrepsLike: TypeAlias = str | Sequence[tuple[int, int, int]] | Irreps
 
 
 def is_irreps_array(x) -> bool:

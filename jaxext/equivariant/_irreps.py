@@ -28,13 +28,13 @@ def parse(irreps, what: str = "irreps") -> tuple[tuple[int, int, int], ...]:
     return tuple(terms)
   items = _e3nn_items(irreps)
   if items is not None:  # e3nn_jax.Irreps (duck-typed): (mul, ir) items, ir.l and ir.p
-    irreps = [(t.mul, t.ir.l, t.ir.p) for t in items]
+    irreps = tuple((t.mul, t.ir.l, t.ir.p) for t in items)
   if isinstance(irreps, (tuple, list)) and all(
       isinstance(t, (tuple, list)) and len(t) == 3 for t in irreps):
-    terms = tuple((int(a), int(b), int(c)) for a, b, c in irreps)
-    if any(mul < 0 or l < 0 or p not in (-1, 1) for mul, l, p in terms):
+    triples = tuple((int(a), int(b), int(c)) for a, b, c in irreps)
+    if any(mul < 0 or l < 0 or p not in (-1, 1) for mul, l, p in triples):
       raise ValueError(f"{what}: (multiplicity >= 0, l >= 0, parity +-1) per term; got {irreps!r}")
-    return terms
+    return triples
   raise TypeError(f"{what} must be an irreps string such as '64x0e+64x1o' or an e3nn_jax.Irreps; "
                   f"got {irreps!r}")
 

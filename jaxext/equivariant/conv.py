@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import functools
 import operator
+from typing import overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
+from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
 from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_reachable,
                                                checked_spec, ffi_attrs, register_trilinear_rules,
                                                unwrap_operands, weight_scale)
@@ -40,10 +43,22 @@ _conv_built_p = Primitive("jaxext_conv_built")
 _NODE_SLOTS = (X, OUT)
 
 
-def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes: int, irreps_x=None,
-         irreps_sh=None, irreps_out=None, *, irrep_normalization: str | None = None,
+@overload
+def conv(x: jax.Array, edge_sh: jax.Array, edge_weights: ArrayLike, senders: ArrayLike,
+         receivers: ArrayLike, num_nodes: int, irreps_x: IrrepsLike | None = None,
+         irreps_sh: IrrepsLike | None = None, irreps_out: IrrepsLike | None = None, *,
+         irrep_normalization: str | None = None, path_normalization: str | float | None = None,
+         gradient_normalization: str | float | None = None) -> jax.Array: ...
+@overload
+def conv(x: jax.Array | IrrepsArray, edge_sh: jax.Array | IrrepsArray, edge_weights: ArrayLike,
+         senders: ArrayLike, receivers: ArrayLike, num_nodes: int,
+         irreps_x: IrrepsLike | None = None, irreps_sh: IrrepsLike | None = None,
+         irreps_out: IrrepsLike | None = None, *, irrep_normalization: str | None = None,
          path_normalization: str | float | None = None,
-         gradient_normalization: str | float | None = None):
+         gradient_normalization: str | float | None = None) -> IrrepsArray: ...
+def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
+         irreps_sh=None, irreps_out=None, *, irrep_normalization=None,
+         path_normalization=None, gradient_normalization=None):
   """Messages TP(x[senders], edge_sh, edge_weights) summed at `receivers`, fused.
 
   Args:

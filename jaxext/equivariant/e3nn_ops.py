@@ -16,11 +16,17 @@ else call e3nn-jax itself. e3nn_jax is imported only when these functions run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
+from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
 from jaxext.equivariant.conv import _conv_built_p, _graph, node_count
 from jaxext.equivariant.segment import segment_sum
 from jaxext.equivariant.spherical_harmonics import spherical_harmonics as _sh
@@ -29,12 +35,14 @@ from jaxext.equivariant.tensor_product import OUT, _spec, tp_p
 __all__ = ["scatter_sum", "spherical_harmonics", "tensor_product", "tensor_product_conv"]
 
 
-def spherical_harmonics(irreps_out, input, normalize: bool, normalization: str | None = None):
+def spherical_harmonics(irreps_out: IrrepsLike | int | Sequence[int], input: IrrepsArray,
+                        normalize: bool, normalization: str | None = None) -> IrrepsArray:
   """`e3nn.spherical_harmonics(irreps_out, input, normalize, normalization)`."""
   return _sh(irreps_out, input, normalize=normalize, normalization=normalization)
 
 
-def scatter_sum(data, *, dst, output_size: int):
+def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike,
+                output_size: int) -> IrrepsArray | jax.Array:
   """`e3nn.scatter_sum(data, dst=dst, output_size=output_size)`, deterministic (jaxext's
   ordered segment sum; ids outside [0, output_size) dropped)."""
   return segment_sum(data, dst, output_size)
@@ -150,8 +158,10 @@ def _result_dtype(*raw):
   return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
 
 
-def tensor_product(input1, input2, *, filter_ir_out=None, irrep_normalization: str | None = None,
-                   regroup_output: bool = True):
+def tensor_product(input1: IrrepsArray, input2: IrrepsArray, *,
+                   filter_ir_out: IrrepsLike | Sequence[Any] | None = None,
+                   irrep_normalization: str | None = None,
+                   regroup_output: bool = True) -> IrrepsArray:
   """`e3nn.tensor_product(input1, input2, filter_ir_out=..., irrep_normalization=...,
   regroup_output=...)`: every path into its own output channels (mul1 of them), output irreps
   sorted and (regroup_output) merged, as e3nn-jax lays them out. input2's multiplicities must
@@ -174,9 +184,11 @@ def tensor_product(input1, input2, *, filter_ir_out=None, irrep_normalization: s
   return _e3nn.wrap(like, _simplify(to) if regroup_output else to, out)
 
 
-def tensor_product_conv(x, sh, senders, receivers, num_nodes: int, *, weights=None,
-                        filter_ir_out=None, irrep_normalization: str | None = None,
-                        regroup_output: bool = True):
+def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
+                        receivers: ArrayLike, num_nodes: int, *, weights: ArrayLike | None = None,
+                        filter_ir_out: IrrepsLike | Sequence[Any] | None = None,
+                        irrep_normalization: str | None = None,
+                        regroup_output: bool = True) -> IrrepsArray:
   """Fused `scatter_sum(tensor_product(x[senders], sh, ...) * weights, dst=receivers,
   output_size=num_nodes)` with e3nn-jax's meaning of each piece: no E x dim array.
 

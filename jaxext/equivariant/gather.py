@@ -14,21 +14,29 @@ platform.
 
 from __future__ import annotations
 
+from typing import overload
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _jax_compat as compat
 from jaxext._validation import int32_indices, integer_operand, kernel_float, rows_operand
 from jaxext.equivariant import _e3nn
+from jaxext.equivariant._e3nn import IrrepsArray
 
 __all__ = ["gather", "gather_p"]
 
 gather_p = Primitive("jaxext_gather")
 
 
+@overload
+def gather(x: jax.Array, indices: ArrayLike) -> jax.Array: ...
+@overload
+def gather(x: IrrepsArray, indices: ArrayLike) -> IrrepsArray: ...
 def gather(x, indices):
   """x[indices] along the first axis, with a deterministic transpose (see the module docstring).
 

@@ -11,24 +11,33 @@ from __future__ import annotations
 
 import functools
 import operator
+from typing import overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext._validation import int32_indices, integer_operand, kernel_float, rows_operand
 from jaxext.equivariant import _e3nn
+from jaxext.equivariant._e3nn import IrrepsArray
 
 __all__ = ["segment_sum", "segment_sum_p"]
 
 segment_sum_p = Primitive("jaxext_segment_sum")
 
 
-def segment_sum(data, segment_ids, num_segments: int, indices_are_sorted: bool = False):
+@overload
+def segment_sum(data: jax.Array, segment_ids: ArrayLike, num_segments: int,
+                indices_are_sorted: bool = False) -> jax.Array: ...
+@overload
+def segment_sum(data: IrrepsArray, segment_ids: ArrayLike, num_segments: int,
+                indices_are_sorted: bool = False) -> IrrepsArray: ...
+def segment_sum(data, segment_ids, num_segments, indices_are_sorted=False):
   """out[s] = sum of data[i] over the rows i with segment_ids[i] == s, for s < num_segments.
 
   Deterministic: the rows of a segment are added in their order in `data`, the same bits on

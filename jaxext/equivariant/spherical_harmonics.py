@@ -10,11 +10,14 @@ the same kernel plus small contractions. It is element-wise over the vectors' le
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from typing import overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
@@ -22,6 +25,7 @@ from jaxext import _jax_compat as compat
 from jaxext import _sharding
 from jaxext._validation import float_operand, static_int
 from jaxext.equivariant import _e3nn, _irreps, _tables
+from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
 
 __all__ = ["spherical_harmonics", "sph_p"]
 
@@ -30,8 +34,13 @@ MAX_L = 12  # jaxext/kernels/sph.h kMaxL
 sph_p = Primitive("jaxext_sph")
 
 
-def spherical_harmonics(irreps_out, vectors, normalize: bool = True,
-                        normalization: str | None = None):
+@overload
+def spherical_harmonics(irreps_out: IrrepsLike | int | Sequence[int], vectors: jax.Array,
+                        normalize: bool = True, normalization: str | None = None) -> jax.Array: ...
+@overload
+def spherical_harmonics(irreps_out: IrrepsLike | int | Sequence[int], vectors: IrrepsArray,
+                        normalize: bool = True, normalization: str | None = None) -> IrrepsArray: ...
+def spherical_harmonics(irreps_out, vectors, normalize=True, normalization=None):
   """Real spherical harmonics of `vectors`, as `e3nn_jax.spherical_harmonics(...)`.
 
   Args:

@@ -24,11 +24,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
@@ -36,6 +38,7 @@ from jaxext import _jax_compat as compat
 from jaxext import _sharding
 from jaxext._validation import float_operand, static_int
 from jaxext.equivariant import _cg, _e3nn, _irreps
+from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
 
 __all__ = ["tensor_product", "tp_p", "paths"]
 
@@ -82,10 +85,14 @@ def _spec(tx, ty, to, explicit=None) -> _Spec:
         raise ValueError(f"explicit paths: {path} does not couple")
   if any(ty[i2][0] != 1 for _, i2, _ in raw):
     raise ValueError("every y term a path reads must have multiplicity 1")
-  count = {}
+  count: dict[int, int] = {}
   for _, _, io in raw:
     count[io] = count.get(io, 0) + 1
-  paths, ci, cj, ck, cv = [], [], [], [], []
+  paths: list = []
+  ci: list = []
+  cj: list = []
+  ck: list = []
+  cv: list = []
   w_off = 0
   for i1, i2, io in raw:
     (m1, l1, _), (_, l2, _), (_, l3, _) = tx[i1], ty[i2], to[io]
@@ -189,17 +196,31 @@ def _path_triples(tx, ty, to):
           if m1 == mo and p1 * p2 == p3 and abs(l1 - l2) <= l3 <= l1 + l2]
 
 
-def paths(irreps_x, irreps_y, irreps_out) -> list[tuple[int, int, int]]:
+def paths(irreps_x: IrrepsLike, irreps_y: IrrepsLike,
+          irreps_out: IrrepsLike) -> list[tuple[int, int, int]]:
   """The (x term, y term, output term) index triples of the product's paths, in weight order."""
   tx, ty, to = (_irreps.parse(i, n) for i, n in ((irreps_x, "irreps_x"), (irreps_y, "irreps_y"),
                                                     (irreps_out, "irreps_out")))
   return _path_triples(tx, ty, to)
 
 
-def tensor_product(x, y, weights, irreps_x=None, irreps_y=None, irreps_out=None, *,
+@overload
+def tensor_product(x: jax.Array, y: jax.Array, weights: ArrayLike,
+                   irreps_x: IrrepsLike | None = None, irreps_y: IrrepsLike | None = None,
+                   irreps_out: IrrepsLike | None = None, *,
                    irrep_normalization: str | None = None,
                    path_normalization: str | float | None = None,
-                   gradient_normalization: str | float | None = None):
+                   gradient_normalization: str | float | None = None) -> jax.Array: ...
+@overload
+def tensor_product(x: jax.Array | IrrepsArray, y: jax.Array | IrrepsArray, weights: ArrayLike,
+                   irreps_x: IrrepsLike | None = None, irreps_y: IrrepsLike | None = None,
+                   irreps_out: IrrepsLike | None = None, *,
+                   irrep_normalization: str | None = None,
+                   path_normalization: str | float | None = None,
+                   gradient_normalization: str | float | None = None) -> IrrepsArray: ...
+def tensor_product(x, y, weights, irreps_x=None, irreps_y=None, irreps_out=None, *,
+                   irrep_normalization=None, path_normalization=None,
+                   gradient_normalization=None):
   """The channelwise tensor product (see the module docstring), per row.
 
   Args:

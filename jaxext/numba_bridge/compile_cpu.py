@@ -43,6 +43,7 @@ import sys
 import threading
 import types as pytypes
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -212,7 +213,7 @@ def _fingerprint_value(value, chains, h, walk) -> None:
   if not isinstance(value, pytypes.ModuleType) or _versioned(value):
     return
   for chain in sorted(chains):
-    obj = value
+    obj: Any = value
     for depth, attr in enumerate(chain):
       try:
         obj = getattr(obj, attr, _MISSING)
@@ -288,7 +289,9 @@ def _code(code, h) -> None:
       h.update(repr(c).encode())
 
 
-def content_id(fn, signature: Signature, options: tuple) -> int:
+def content_id(fn, signature: Signature | tuple, options: tuple) -> int:
+  """A 63-bit id of `fn`'s code (with what it calls and reads), `signature` (a Signature or any
+  repr-stable tuple naming the use) and `options`."""
   h = hashlib.sha256()
   h.update(f"jaxext {_jaxext_version} numba {numba.__version__} py {sys.version_info[:2]}".encode())
   _fingerprint(fn, h, _Walk())
@@ -387,6 +390,7 @@ def _load_wrapper_module(kernel_id: int, source: str, env: dict):
       module = sys.modules.get(name)
       if module is None:
         spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None  # a .py path always has both
         module = importlib.util.module_from_spec(spec)
         module.__dict__.update(env)
         spec.loader.exec_module(module)

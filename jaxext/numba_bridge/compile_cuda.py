@@ -104,7 +104,8 @@ def target_cc() -> tuple[int, int]:
   for d in devices:
     cc = getattr(d, "compute_capability", None)
     if cc:
-      ccs.append(tuple(int(x) for x in str(cc).split(".")[:2]))
+      major, minor = (int(x) for x in str(cc).split(".")[:2])
+      ccs.append((major, minor))
   return min(ccs) if ccs else (9, 0)
 
 
@@ -215,7 +216,7 @@ def compile_cuda(fn, name: str, signature: Signature, *, cc: tuple[int, int],
           f"jaxext.numba_cuda_kernel '{name}': the compiled kernel takes parameters {types}; "
           f"jaxext passes {expected} (Numba's CUDA array ABI; is this numba-cuda supported?)")
     entry = CudaEntry(kernel_id=kernel_id, ptx=ptx, entry=entry_name, signature=signature,
-                      cc=tuple(cc))
+                      cc=(cc[0], cc[1]))
     _entries[kernel_id] = entry
     return entry
 

@@ -41,11 +41,14 @@ import functools
 import inspect
 import math
 import threading
+from collections.abc import Callable
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
@@ -56,6 +59,11 @@ from jaxext.numba_bridge import compile_cpu
 __all__ = ["NumbaKernel", "numba_call_p", "numba_cuda_kernel", "numba_kernel"]
 
 _VMAP_MODES = ("sequential", "elementwise")
+VmapMode = Literal["sequential", "elementwise"]
+# `outputs`: (inputs..., parameters by keyword) -> the outputs' shapes and dtypes.
+OutputsFn = Callable[..., jax.ShapeDtypeStruct | tuple[jax.ShapeDtypeStruct, ...]]
+# `grid`: blocks per launch, or a function of the inputs' shapes and the parameters giving them.
+GridSpec = int | tuple[int, ...] | Callable[..., int | tuple[int, ...]]
 _TARGET = "jaxext_numba_call"
 _CUDA_TARGET = "jaxext_numba_cuda_call"
 
@@ -69,7 +77,8 @@ numba_call_p.multiple_results = True
 _MAX_ARGS = 30
 
 
-def numba_kernel(outputs, *, vmap="sequential", name=None, boundscheck=False):
+def numba_kernel(outputs: OutputsFn, *, vmap: VmapMode = "sequential", name: str | None = None,
+                 boundscheck: bool = False) -> Callable[[Callable[..., None]], NumbaKernel]:
   """Decorator: turns a Numba-compatible function into a JAX operation (see the module docstring).
 
   Args:
@@ -100,8 +109,10 @@ def numba_kernel(outputs, *, vmap="sequential", name=None, boundscheck=False):
   return wrap
 
 
-def numba_cuda_kernel(outputs, *, grid=None, block=256, shared_mem=0, vmap="sequential",
-                      name=None, fastmath=False):
+def numba_cuda_kernel(outputs: OutputsFn, *, grid: GridSpec | None = None,
+                      block: int | tuple[int, ...] = 256, shared_mem: int = 0,
+                      vmap: VmapMode = "sequential", name: str | None = None,
+                      fastmath: bool = False) -> Callable[[Callable[..., None]], NumbaKernel]:
   """Decorator: turns a numba.cuda kernel body into a JAX operation on CUDA devices.
 
       @jaxext.numba_cuda_kernel(outputs=lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -130,9 +141,9 @@ def numba_cuda_kernel(outputs, *, grid=None, block=256, shared_mem=0, vmap="sequ
     raise ValueError(f"vmap must be one of {_VMAP_MODES}; got {vmap!r}")
   if not callable(outputs):
     raise TypeError("outputs must be a callable returning jax.ShapeDtypeStruct(s)")
-  block = _dim3(block, "block", minimum=1)
-  if math.prod(block) > 1024:
-    raise ValueError(f"block {block} has {math.prod(block)} threads; CUDA allows at most 1024")
+  block3 = _dim3(block, "block", minimum=1)
+  if math.prod(block3) > 1024:
+    raise ValueError(f"block {block3} has {math.prod(block3)} threads; CUDA allows at most 1024")
   if grid is not None and not callable(grid):
     grid = _dim3(grid, "grid", minimum=0)
   if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
@@ -140,7 +151,7 @@ def numba_cuda_kernel(outputs, *, grid=None, block=256, shared_mem=0, vmap="sequ
 
   def wrap(fn):
     return NumbaKernel(fn, outputs, vmap=vmap, name=name, boundscheck=False, platform="cuda",
-                       launch=_Launch(grid, block, int(shared_mem), bool(fastmath)))
+                       launch=_Launch(grid, block3, int(shared_mem), bool(fastmath)))
 
   return wrap
 
@@ -210,7 +221,9 @@ class NumbaKernel:
     return fwd
 
   # -- calling ----------------------------------------------------------------------------------
-  def __call__(self, *args, **params):
+  def __call__(self, *args: ArrayLike, **params: Any) -> Any:
+    """The outputs for these inputs (parameters by keyword): one jax.Array for a kernel with one
+    output, else a tuple of them."""
     if len(args) >= len(self._arg_names):
       raise TypeError(f"{self.kind} '{self.name}' takes {len(self._arg_names)} arguments (inputs, "
                       f"then at least one output, then parameters by keyword); got {len(args)} "

@@ -24,12 +24,14 @@ import functools
 import math
 import operator
 import warnings
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
@@ -93,7 +95,7 @@ class Solution(NamedTuple):
   dense_t: jax.Array | None = None
   dense_f: jax.Array | None = None
 
-  def evaluate(self, t) -> jax.Array:
+  def evaluate(self, t: ArrayLike) -> jax.Array:
     """The solution at times `t` (a scalar: (N, d); shape (T,): (N, T, d)) from the dense output
     of a `dop853(..., dense=True)` run: each trajectory's own step interpolants, exactly as
     scipy's `solve_ivp(..., dense_output=True).sol(t)` evaluates them (the same segment for a t
@@ -112,8 +114,13 @@ dop853_p = Primitive("jaxext_dop853")
 dop853_p.multiple_results = True
 
 
-def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=None, rtol=None,
-           atol=1e-9, events=(), max_steps: int = 100_000, first_step=None, max_step=None,
+def dop853(rhs: Callable[..., Any] | Model | functions.Rhs, y0: ArrayLike,
+           t_span: tuple[ArrayLike, ArrayLike] | ArrayLike, params: ArrayLike | None = None, *,
+           args: Any = None, args_axes: Any = None, t_eval: ArrayLike | None = None,
+           rtol: ArrayLike | Sequence[float] | None = None,
+           atol: ArrayLike | Sequence[float] = 1e-9,
+           events: Sequence[functions.Event | Callable[..., Any]] = (), max_steps: int = 100_000,
+           first_step: float | None = None, max_step: float | None = None,
            event_slots: int = 8, dense: bool | int = False) -> Solution:
   """Integrates dy/dt = rhs(t, y, p) for N trajectories with DOP853 (scipy's algorithm).
 
@@ -195,6 +202,15 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
   Raises:
     TypeError / ValueError at trace time for bad arguments (the message names the argument).
   """
+  return _integrate(rhs, y0, t_span, params, args=args, args_axes=args_axes, t_eval=t_eval,
+                    rtol=rtol, atol=atol, events=events, max_steps=max_steps,
+                    first_step=first_step, max_step=max_step, event_slots=event_slots,
+                    dense=dense)
+
+
+def _integrate(rhs, y0, t_span, params, *, args, args_axes, t_eval, rtol, atol, events,
+               max_steps, first_step, max_step, event_slots, dense):
+  """dop853's body (its typed signature and documentation are the public face)."""
   # A complex state is integrated as its real and imaginary parts, [re(y), im(y)].
   complex_d = _complex_size(y0)
   if complex_d is not None:
@@ -281,7 +297,7 @@ def dop853(rhs, y0, t_span, params=None, *, args=None, args_axes=None, t_eval=No
   if min(rtol) < floor:
     warnings.warn(f"rtol below {floor:.3g} (100 machine epsilons of {np.dtype(dtype).name}) is "
                   "raised to it (scipy's rule, for the integration's own precision)",
-                  stacklevel=2)
+                  stacklevel=3)  # the caller of dop853
     rtol = tuple(max(r, floor) for r in rtol)
   max_steps = _static_int(max_steps, "max_steps")
   if not 1 <= max_steps <= _MAX_STEPS_LIMIT:

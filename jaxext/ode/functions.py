@@ -28,7 +28,8 @@ function is accepted too (compiled the same way); an event function may carry sc
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
+from typing import Any, overload
 
 import numpy as np
 
@@ -47,8 +48,15 @@ class Rhs:
   derivative_error: str | None = None
 
 
-def rhs(fn=None, *, name: str | None = None, jacobian: Callable | None = None,
-        boundscheck: bool = False):
+@overload
+def rhs(fn: Callable[..., Any], *, name: str | None = None, jacobian: Callable | None = None,
+        boundscheck: bool = False) -> Rhs: ...
+@overload
+def rhs(fn: None = None, *, name: str | None = None, jacobian: Callable | None = None,
+        boundscheck: bool = False) -> Callable[[Callable[..., Any]], Rhs]: ...
+def rhs(fn: Callable[..., Any] | None = None, *, name: str | None = None,
+        jacobian: Callable | None = None,
+        boundscheck: bool = False) -> Rhs | Callable[[Callable[..., Any]], Rhs]:
   """Decorator: a Python right-hand side `fn(t, y, p, dydt)` for jaxext.ode.dop853.
 
   jacobian: `jacobian(t, y, p, dfdy, dfdp)` writing df/dy into dfdy (d, d) and df/dp into dfdp
@@ -63,10 +71,10 @@ def rhs(fn=None, *, name: str | None = None, jacobian: Callable | None = None,
   if jacobian is not None and not callable(jacobian):
     raise TypeError(f"jaxext.ode.rhs: jacobian must be a function; got {type(jacobian).__name__}")
 
-  def wrap(f):
+  def wrap(f: Callable[..., Any]) -> Rhs:
     if not callable(f):
       raise TypeError(f"jaxext.ode.rhs decorates a function; got {type(f).__name__}")
-    return Rhs(fn=f, name=name or getattr(f, "__name__", "rhs"), jacobian=jacobian,
+    return Rhs(fn=f, name=name or str(getattr(f, "__name__", "rhs")), jacobian=jacobian,
                boundscheck=bool(boundscheck))
   return wrap if fn is None else wrap(fn)
 
@@ -118,8 +126,17 @@ class Event:
     return int(self.terminal)
 
 
-def event(fn=None, *, terminal: bool | int = False, direction: int = 0, name: str | None = None,
-          gradient: Callable | None = None, boundscheck: bool = False):
+@overload
+def event(fn: Callable[..., Any], *, terminal: bool | int = False, direction: int = 0,
+          name: str | None = None, gradient: Callable | None = None,
+          boundscheck: bool = False) -> Event: ...
+@overload
+def event(fn: None = None, *, terminal: bool | int = False, direction: int = 0,
+          name: str | None = None, gradient: Callable | None = None,
+          boundscheck: bool = False) -> Callable[[Callable[..., Any]], Event]: ...
+def event(fn: Callable[..., Any] | None = None, *, terminal: bool | int = False,
+          direction: int = 0, name: str | None = None, gradient: Callable | None = None,
+          boundscheck: bool = False) -> Event | Callable[[Callable[..., Any]], Event]:
   """Decorator: a Python event function `fn(t, y, p) -> float` for jaxext.ode.dop853.
 
   gradient: `gradient(t, y, p, dgdy, dgdp) -> dg/dt` (see `Event`); needed for derivatives of
@@ -130,11 +147,11 @@ def event(fn=None, *, terminal: bool | int = False, direction: int = 0, name: st
     raise TypeError(f"jaxext.ode.event: gradient must be a function; "
                     f"got {type(gradient).__name__}")
 
-  def wrap(f):
+  def wrap(f: Callable[..., Any]) -> Event:
     if not callable(f):
       raise TypeError(f"jaxext.ode.event decorates a function; got {type(f).__name__}")
     return Event(fn=f, terminal=terminal, direction=direction,
-                 name=name or getattr(f, "__name__", "event"), gradient=gradient,
+                 name=name or str(getattr(f, "__name__", "event")), gradient=gradient,
                  boundscheck=bool(boundscheck))
   return wrap if fn is None else wrap(fn)
 

@@ -20,6 +20,10 @@ import numpy as np
 
 from jaxext.ode.functions import Event
 
+__all__ = ["EARTH_J2", "EARTH_J3", "EARTH_J4", "EARTH_MU", "EARTH_RADIUS", "EARTH_ROTATION",
+           "EXPONENTIAL_ATMOSPHERE", "Atmosphere", "Model", "altitude_event", "earth",
+           "radius_event", "two_body"]
+
 EARTH_MU = 398600.4418          # km^3/s^2 (WGS-84 / EGM96)
 EARTH_RADIUS = 6378.137         # km, equatorial (WGS-84)
 EARTH_J2 = 1.08262668e-3        # unnormalised zonal harmonics (EGM96)
