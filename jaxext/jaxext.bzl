@@ -250,6 +250,40 @@ def jaxext_wheel(name, arch = "x86_64", **kwargs):
         _jaxext_wheel(name = name, toolchain = arch, target_compatible_with = NOT_WITH_CUDA, **kwargs)
 
 # ------------------------------------------------------------------------------------------------
+# Documentation
+# ------------------------------------------------------------------------------------------------
+
+def _sphinx_html_impl(ctx):
+    out = ctx.actions.declare_directory(ctx.attr.name)
+    ctx.actions.run(
+        executable = ctx.executable.builder,
+        arguments = [ctx.file.conf.dirname, out.path],
+        inputs = ctx.files.srcs + ctx.files.data + [ctx.file.conf],
+        outputs = [out],
+        tools = [ctx.attr.builder[DefaultInfo].files_to_run],
+        env = {"MPLBACKEND": "Agg", "HOME": "/nonexistent"},
+        mnemonic = "SphinxHtml",
+        progress_message = "Building the manual %{label}",
+    )
+    return [DefaultInfo(files = depset([out]))]
+
+jaxext_sphinx_html = rule(
+    implementation = _sphinx_html_impl,
+    doc = """A Sphinx HTML site in the directory `<name>/`, built by `builder` (a py_binary taking the
+    source directory and the output directory) from `conf` (conf.py, whose directory is the
+    source directory), the pages `srcs` and what they reference (`data`, e.g. images elsewhere
+    in the repository, at their own paths). The builder runs in the target configuration, so the
+    package it documents is the one the tests use (not a second, exec-configuration build of its
+    extensions).""",
+    attrs = {
+        "conf": attr.label(allow_single_file = [".py"], mandatory = True),
+        "srcs": attr.label_list(allow_files = True),
+        "data": attr.label_list(allow_files = True),
+        "builder": attr.label(executable = True, cfg = "target", mandatory = True),
+    },
+)
+
+# ------------------------------------------------------------------------------------------------
 # CUDA
 # ------------------------------------------------------------------------------------------------
 

@@ -1250,8 +1250,9 @@ def test_drag_needs_its_parameter():
 
 
 def test_tiny_rtol_is_raised_with_a_warning():
-  with pytest.warns(UserWarning, match="rtol"):
+  with pytest.warns(UserWarning, match="rtol") as record:
     ode.dop853(van_der_pol, np.array([[1.0, 0.0]]), (0.0, 0.1), [1.0], rtol=1e-16)
+  assert record[0].filename == __file__  # the warning points at the caller's line
   # The floor is 100 epsilons of the integration's own precision: float32's for float32 (an
   # rtol of 1e-12 there would only run into max_steps).
   with pytest.warns(UserWarning, match=r"float32"):

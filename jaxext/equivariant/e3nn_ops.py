@@ -1,4 +1,4 @@
-"""e3nn-jax's functions, on jaxext's kernels: the idiom of NequIP/MACE-style potentials.
+"""e3nn-jax's functions, on jaxext's kernels: the idiom of NequIP/MACE-style potentials::
 
     from jaxext.equivariant import e3nn_ops
     sh = e3nn_ops.spherical_harmonics([0, 1, 2, 3], vectors, True)

@@ -64,23 +64,24 @@ class Status(enum.IntEnum):
 class Solution(NamedTuple):
   """Results per trajectory (N trajectories, state size d, T = len(t_eval), E events, K slots).
 
-  ys:           (N, T, d) the state at t_eval (dense output); NaN where not reached (a failure, a
-                terminal event before it, or a point outside that trajectory's t_span)
-  t_final:      (N,) where integration stopped: t1, a terminal event's time, or the last accepted
-                step's end on failure
-  y_final:      (N, d) the state at t_final
-  status:       (N,) int32, a Status value
-  n_steps:      (N,) int32 step attempts (accepted and rejected)
-  n_accepted:   (N,) int32 accepted steps (scipy's len(sol.t) - 1 without t_eval)
-  n_rhs:        (N,) int32 right-hand side evaluations (scipy's nfev)
-  t_events:     (N, E, K) the first K occurrences of each event, NaN-padded
-  y_events:     (N, E, K, d) the state there
-  event_counts: (N, E) int32 occurrences of each event (may exceed K: only K are stored)
-  dense_t:      with dense=S: (N, S + 1) the kept steps' boundaries (NaN-padded), else None
-  dense_f:      with dense=S: (N, S, 8, d) each kept step's interpolant (scipy's
-                Dop853DenseOutput: rows F[0..6], then y_old), else None
-
   `evaluate(t)` evaluates the dense output (see its docstring).
+
+  Attributes:
+    ys: (N, T, d) the state at t_eval (dense output); NaN where not reached (a failure, a terminal
+      event before it, or a point outside that trajectory's t_span).
+    t_final: (N,) where integration stopped: t1, a terminal event's time, or the last accepted
+      step's end on failure.
+    y_final: (N, d) the state at t_final.
+    status: (N,) int32, a `Status` value.
+    n_steps: (N,) int32 step attempts (accepted and rejected).
+    n_accepted: (N,) int32 accepted steps (scipy's len(sol.t) - 1 without t_eval).
+    n_rhs: (N,) int32 right-hand side evaluations (scipy's nfev).
+    t_events: (N, E, K) the first K occurrences of each event, NaN-padded.
+    y_events: (N, E, K, d) the state there.
+    event_counts: (N, E) int32 occurrences of each event (may exceed K: only K are stored).
+    dense_t: with dense=S: (N, S + 1) the kept steps' boundaries (NaN-padded), else None.
+    dense_f: with dense=S: (N, S, 8, d) each kept step's interpolant (scipy's Dop853DenseOutput:
+      rows F[0..6], then y_old), else None.
   """
   ys: jax.Array
   t_final: jax.Array
@@ -126,6 +127,7 @@ def dop853(rhs: Callable[..., Any] | Model | functions.Rhs, y0: ArrayLike,
 
   Args:
     rhs: the right-hand side, one of
+
       - a function `rhs(t, y, args) -> dy/dt` written with jax.numpy (diffrax's convention: one
         trajectory, `y` of shape (d,), `args` as given below). jax traces it once per shapes and
         dtypes and it is compiled to native code (through Numba: needs `jaxext[numba]`); its

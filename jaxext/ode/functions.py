@@ -57,16 +57,30 @@ def rhs(fn: None = None, *, name: str | None = None, jacobian: Callable | None =
 def rhs(fn: Callable[..., Any] | None = None, *, name: str | None = None,
         jacobian: Callable | None = None,
         boundscheck: bool = False) -> Rhs | Callable[[Callable[..., Any]], Rhs]:
-  """Decorator: a Python right-hand side `fn(t, y, p, dydt)` for jaxext.ode.dop853.
+  """Decorator: a Numba right-hand side `fn(t, y, p, dydt)` for `jaxext.ode.dop853`.
 
-  jacobian: `jacobian(t, y, p, dfdy, dfdp)` writing df/dy into dfdy (d, d) and df/dp into dfdp
-    (d, p); needed for derivatives of the solution.
-  boundscheck: compile `fn` and `jacobian` with Numba's bounds checking (on the CPU only:
-    numba-cuda has none): an index out of range (p[3] with 1 parameter, dfdy[5] with d = 2) then
-    fails the call with an error naming the function ("raised an exception"), instead of reading
-    or writing past the array (the default, as in Numba: no checks, full speed).
-    `NUMBA_BOUNDSCHECK=0/1` overrides it, as it does Numba's own. y and p are read-only: writing
-    them fails to compile.
+  Used as `@ode.rhs` or `@ode.rhs(jacobian=..., boundscheck=...)`. `fn` writes dy/dt into `dydt`
+  and returns nothing; `y` and `p` are read-only (writing them fails to compile). A right-hand
+  side written with jax.numpy, `rhs(t, y, args) -> dy/dt`, needs no decorator: pass it to dop853
+  as it is (its Jacobians come from jax).
+
+  Args:
+    fn: the function (when called directly rather than as a decorator).
+    name: for error messages (default: the function's name).
+    jacobian: `jacobian(t, y, p, dfdy, dfdp)` writing df/dy into dfdy (d, d) and df/dp into dfdp
+      (d, p); needed for derivatives of the solution.
+    boundscheck: compile `fn` and `jacobian` with Numba's bounds checking (on the CPU only:
+      numba-cuda has none): an index out of range (p[3] with 1 parameter, dfdy[5] with d = 2)
+      then fails the call with an error naming the function ("raised an exception"), instead of
+      reading or writing past the array (the default, as in Numba: no checks, full speed).
+      `NUMBA_BOUNDSCHECK=0/1` overrides it, as it does Numba's own.
+
+  Returns:
+    An `Rhs` (or, without `fn`, the decorator making one). Needs `jaxext[numba]` when dop853
+    compiles it; runs on the CPU and, compiled by numba-cuda, on CUDA.
+
+  Raises:
+    TypeError: `fn` or `jacobian` is not a function.
   """
   if jacobian is not None and not callable(jacobian):
     raise TypeError(f"jaxext.ode.rhs: jacobian must be a function; got {type(jacobian).__name__}")
@@ -81,17 +95,24 @@ def rhs(fn: Callable[..., Any] | None = None, *, name: str | None = None,
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Event:
-  """An event g(t, y, p) = 0, as scipy's solve_ivp defines them.
+  """An event g(t, y, p) = 0, as scipy's solve_ivp defines them (made by `event`).
 
-  terminal: False (record every occurrence), True (stop at the first) or an int k >= 1 (stop at the
-    k-th occurrence), as in scipy.
-  direction: 0 (any sign change), 1 (g goes from negative to positive), -1 (positive to negative).
-  gradient: None, or `gradient(t, y, p, dgdy, dgdp) -> dg/dt` writing dg/dy into dgdy (d,) and
-    dg/dp into dgdp (p,) (both zeroed before the call) and returning dg/dt (0.0 for an event that
-    does not depend on t). Derivatives of the solution through this event need it: the event time
-    moves by dt = -(dg/dy . dy + dg/dp . dp) / (dg/dt + dg/dy . f).
-  A built-in event (`radius` set, `fn` None) is g = |y[0:3]| - radius, evaluated in C++ (see
-  jaxext.ode.models.altitude_event); it needs no Numba, and its gradient is known.
+  A built-in event (`radius` set, `fn` None) is g = norm(y[0:3]) - radius, evaluated in C++ (see
+  `jaxext.ode.models.altitude_event`); it needs no Numba, and its gradient is known.
+
+  Attributes:
+    fn: the event function, or None for a built-in event.
+    terminal: False (record every occurrence), True (stop at the first) or an int k >= 1 (stop at
+      the k-th occurrence), as in scipy.
+    direction: 0 (any sign change), 1 (g goes from negative to positive), -1 (positive to
+      negative).
+    radius: the built-in event's radius, else None.
+    name: for error messages.
+    gradient: None, or `gradient(t, y, p, dgdy, dgdp) -> dg/dt` writing dg/dy into dgdy (d,) and
+      dg/dp into dgdp (p,) (both zeroed before the call) and returning dg/dt (0.0 for an event
+      that does not depend on t). Derivatives of the solution through a Numba event need it: the
+      event time moves by dt = -(dg/dy . dy + dg/dp . dp) / (dg/dt + dg/dy . f).
+    boundscheck: compile with Numba's bounds checking (see `rhs`).
   """
   fn: Callable | None
   terminal: bool | int = False
@@ -137,11 +158,29 @@ def event(fn: None = None, *, terminal: bool | int = False, direction: int = 0,
 def event(fn: Callable[..., Any] | None = None, *, terminal: bool | int = False,
           direction: int = 0, name: str | None = None, gradient: Callable | None = None,
           boundscheck: bool = False) -> Event | Callable[[Callable[..., Any]], Event]:
-  """Decorator: a Python event function `fn(t, y, p) -> float` for jaxext.ode.dop853.
+  """Decorator: an event function for `jaxext.ode.dop853`, with scipy's `terminal` and `direction`.
 
-  gradient: `gradient(t, y, p, dgdy, dgdp) -> dg/dt` (see `Event`); needed for derivatives of
-    the solution through the event.
-  boundscheck: Numba's bounds checking for `fn` and `gradient` (on the CPU; see `rhs`).
+  Used as `@ode.event(terminal=True, direction=-1)`. With a jax.numpy right-hand side the event is
+  jax.numpy too, `g(t, y, args) -> scalar` (its gradient from jax); with a Numba right-hand side
+  (or a built-in model) it is a Numba function `g(t, y, p) -> float`. A plain callable with
+  `terminal` and `direction` attributes (scipy's convention) works as well.
+
+  Args:
+    fn: the function (when called directly rather than as a decorator).
+    terminal: False (record every occurrence), True (stop at the first) or an int k >= 1 (stop at
+      the k-th occurrence).
+    direction: 0 (any sign change), 1 (g rising through zero), -1 (g falling through zero).
+    name: for error messages (default: the function's name).
+    gradient: for a Numba event, `gradient(t, y, p, dgdy, dgdp) -> dg/dt` (see `Event`); needed
+      for derivatives of the solution through the event.
+    boundscheck: Numba's bounds checking for `fn` and `gradient` (on the CPU; see `rhs`).
+
+  Returns:
+    An `Event` (or, without `fn`, the decorator making one).
+
+  Raises:
+    TypeError: `fn` or `gradient` is not a function.
+    ValueError: `direction` is not -1, 0 or 1.
   """
   if gradient is not None and not callable(gradient):
     raise TypeError(f"jaxext.ode.event: gradient must be a function; "

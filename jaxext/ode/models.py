@@ -171,7 +171,7 @@ def earth(*, j2: bool = True, j3: bool = False, j4: bool = False, drag: bool = F
 
 
 def radius_event(radius: float, *, terminal: bool | int = False, direction: int = 0) -> Event:
-  """The built-in event g = |r| - radius (r = y[0:3]), evaluated in C++."""
+  """The built-in event g = norm(r) - radius (r = y[0:3]), evaluated in C++ (no Numba needed)."""
   if not np.isfinite(radius):
     raise ValueError(f"radius_event: radius must be finite; got {radius!r}")
   return Event(fn=None, radius=float(radius), terminal=terminal, direction=direction,
@@ -180,5 +180,6 @@ def radius_event(radius: float, *, terminal: bool | int = False, direction: int 
 
 def altitude_event(altitude: float, *, radius: float = EARTH_RADIUS, terminal: bool | int = True,
                    direction: int = -1) -> Event:
-  """Descending through an altitude above a spherical Earth (decay): |r| - (radius + altitude)."""
+  """Descending through an altitude above a spherical Earth (decay): g = norm(r) - (radius +
+  altitude), terminal by default."""
   return radius_event(radius + altitude, terminal=terminal, direction=direction)
