@@ -73,7 +73,8 @@ def int32_indices(ids, bound: int):
 
 def integer_operand(x: Any, name: str) -> jax.Array:
   """`x` as an array of an integer dtype, or TypeError naming `name`."""
-  if not isinstance(x, jax.Array) and not jax.config.jax_enable_x64:
+  x64 = jax.dtypes.canonicalize_dtype(np.int64) == np.int64  # jax_enable_x64, as every jax types it
+  if not isinstance(x, jax.Array) and not x64:
     # With x64 off jnp would wrap NumPy's 64-bit (and uint32) values to 32 bits (2**32 + 1 -> 1):
     # clamped to int32's range instead, values beyond it stay outside every index range, in order.
     try:
