@@ -84,8 +84,8 @@ def pybind_extension(name, srcs, deps = [], copts = [], linkopts = [], visibilit
                                           "-fexceptions"],
         linkopts = linkopts + ["-Wl,-Bsymbolic"],
         deps = deps + [
-            "@jaxext_python//:pybind11",
-            "@jaxext_python//:python_headers",
+            Label("@jaxext_python//:pybind11"),
+            Label("@jaxext_python//:python_headers"),
         ],
         visibility = visibility,
         target_compatible_with = compat,
@@ -98,6 +98,9 @@ def pybind_extension(name, srcs, deps = [], copts = [], linkopts = [], visibilit
         target_compatible_with = compat,
     )
 
+# pytest's entry point for jaxext_py_test, in jaxext's repository whichever repository calls it.
+_PYTEST_MAIN = Label("//tests:pytest_main.py")
+
 def jaxext_py_test(name, srcs, deps = [], args = [], data = [], env = {}, **kwargs):
     """A py_test run by pytest (absltest-style test classes work too), in the pinned environment.
 
@@ -108,17 +111,17 @@ def jaxext_py_test(name, srcs, deps = [], args = [], data = [], env = {}, **kwar
     """
     py_test(
         name = name,
-        srcs = srcs + ["//tests:pytest_main.py"],
-        main = "//tests:pytest_main.py",
+        srcs = srcs + [_PYTEST_MAIN],
+        main = _PYTEST_MAIN,
         args = ["$(location %s)" % srcs[0]] + args,
         deps = deps,
-        data = data + ["@jaxext_python//:python_info.json"],
+        data = data + [Label("@jaxext_python//:python_info.json")],
         env = env,
         python_version = "PY3",
         **kwargs
     )
 
-def jaxext_example(name, deps = ["//jaxext"], test_size = "medium"):
+def jaxext_example(name, deps = [Label("//jaxext")], test_size = "medium"):
     """An example `<name>.py` kept working by `<name>_test.py`: the library `<name>_lib` (which the
     test imports), the binary `<name>` (`bazel run //examples:<name>`) and the test `<name>_test`.
     """
@@ -145,13 +148,13 @@ def jaxext_example(name, deps = ["//jaxext"], test_size = "medium"):
 # artifact whatever toolchain the rest of the build uses. CUDA builds keep their toolchain (nvcc's
 # host objects are compiled against GCC's libstdc++).
 _ZIG_TOOLCHAINS = {
-    "x86_64": "@jaxext_zig//:x86_64",
-    "aarch64": "@jaxext_zig//:aarch64",
+    "x86_64": str(Label("@jaxext_zig//:x86_64")),
+    "aarch64": str(Label("@jaxext_zig//:aarch64")),
 }
 
 # Target platforms of cross-built wheels (the build's own platform for the host's architecture).
 _CROSS_PLATFORMS = {
-    "aarch64": "//third_party/zig:linux_aarch64",
+    "aarch64": str(Label("//third_party/zig:linux_aarch64")),
 }
 
 def _portable_transition_impl(settings, attr):
@@ -225,18 +228,18 @@ _jaxext_wheel = rule(
             doc = "the zig toolchain (a key of _ZIG_TOOLCHAINS) deps are built with; '' keeps the build's",
         ),
         "_allowlist_function_transition": attr.label(
-            default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
+            default = Label("@bazel_tools//tools/allowlists/function_transition_allowlist"),
         ),
         "package_dir": attr.string(default = "jaxext"),
         "version_file": attr.label(allow_single_file = True, mandatory = True),
         "jaxlib_floor": attr.string(mandatory = True),
         "license": attr.label(allow_single_file = True, mandatory = True),
         "readme": attr.label(allow_single_file = True, mandatory = True),
-        "_tool": attr.label(default = "//tools:build_wheel.py", allow_single_file = True),
-        "_python_info": attr.label(default = "@jaxext_python//:python_info.json", allow_single_file = True),
-        "_python": attr.label(default = "@jaxext_python//:python3", executable = True, cfg = "exec"),
-        "_auditwheel": attr.label(default = "@jaxext_auditwheel//:site"),
-        "_auditwheel_site": attr.label(default = "@jaxext_auditwheel//:site/AUDITWHEEL_SITE", allow_single_file = True),
+        "_tool": attr.label(default = Label("//tools:build_wheel.py"), allow_single_file = True),
+        "_python_info": attr.label(default = Label("@jaxext_python//:python_info.json"), allow_single_file = True),
+        "_python": attr.label(default = Label("@jaxext_python//:python3"), executable = True, cfg = "exec"),
+        "_auditwheel": attr.label(default = Label("@jaxext_auditwheel//:site")),
+        "_auditwheel_site": attr.label(default = Label("@jaxext_auditwheel//:site/AUDITWHEEL_SITE"), allow_single_file = True),
     },
 )
 
@@ -290,14 +293,14 @@ jaxext_sphinx_html = rule(
 def if_cuda(if_true, if_false = []):
     """select() on --config=cuda (which sets --define=jaxext_cuda=true)."""
     return select({
-        "//jaxext:cuda_enabled": if_true,
+        Label("//jaxext:cuda_enabled"): if_true,
         "//conditions:default": if_false,
     })
 
-CUDA_ONLY = if_cuda([], ["@platforms//:incompatible"])
+CUDA_ONLY = if_cuda([], [Label("@platforms//:incompatible")])
 
 # Targets that CUDA builds skip (the cross-built wheels: nvcc builds for the host only).
-NOT_WITH_CUDA = if_cuda(["@platforms//:incompatible"], [])
+NOT_WITH_CUDA = if_cuda([Label("@platforms//:incompatible")], [])
 
 def _nvcc(ctx, src, out, mode, extra = []):
     """Runs the hermetic nvcc on `src` (`mode`: "-c" for an object, "-fatbin" for device code)."""
@@ -341,9 +344,9 @@ _NVCC_ATTRS = {
     "deps": attr.label_list(providers = [CcInfo]),
     "copts": attr.string_list(),
     "capabilities": attr.string_list(),
-    "_toolkit": attr.label(default = "@jaxext_cuda//:toolkit"),
-    "_nvcc": attr.label(default = "@jaxext_cuda//:nvcc", allow_single_file = True),
-    "_host_compiler": attr.label(default = "@jaxext_cuda//:host_compiler.txt", allow_single_file = True),
+    "_toolkit": attr.label(default = Label("@jaxext_cuda//:toolkit")),
+    "_nvcc": attr.label(default = Label("@jaxext_cuda//:nvcc"), allow_single_file = True),
+    "_host_compiler": attr.label(default = Label("@jaxext_cuda//:host_compiler.txt"), allow_single_file = True),
 }
 
 _cuda_objects = rule(
@@ -413,7 +416,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], capabilities = No
         name = objs,
         srcs = srcs,
         hdrs = hdrs,
-        deps = deps + ["@jaxext_cuda//:cuda_headers"],
+        deps = deps + [Label("@jaxext_cuda//:cuda_headers")],
         copts = copts,
         capabilities = capabilities or _CUDA_CAPABILITIES,
         target_compatible_with = CUDA_ONLY,
@@ -424,7 +427,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], capabilities = No
         name = name,
         srcs = [":" + objs],
         hdrs = hdrs,
-        deps = deps + ["@jaxext_cuda//:cudart"],
+        deps = deps + [Label("@jaxext_cuda//:cudart")],
         alwayslink = True,
         target_compatible_with = CUDA_ONLY,
         tags = kwargs.pop("tags", []) + ["gpu"],
@@ -447,7 +450,7 @@ def cuda_device_code(name, src, variants, hdrs = [], deps = [], capabilities = N
             name = name + "_" + symbol,
             src = src,
             hdrs = hdrs,
-            deps = deps + ["@jaxext_cuda//:cuda_headers"],
+            deps = deps + [Label("@jaxext_cuda//:cuda_headers")],
             copts = ["-D" + d for d in defines],
             capabilities = capabilities or _CUDA_CAPABILITIES,
             target_compatible_with = CUDA_ONLY,

@@ -9,8 +9,11 @@
 
 By default the wheels of `CUDA_PACKAGES` (//third_party:pins.bzl) are installed with pip
 `--require-hashes` into the repository. `LOCAL_CUDA_PATH=/usr/local/cuda-13.0` (as XLA's
-hermetic CUDA does) uses an installed toolkit instead. The repository is only fetched when a
-target that needs it is built, i.e. with `--config=cuda`.
+hermetic CUDA does) uses an installed toolkit instead. The toolkit is installed only when
+`--config=cuda` asks for it (`--repo_env=JAXEXT_CUDA=1`): otherwise the repository holds stand-ins
+with the same names, so that `bazel query 'deps(//...)'` (which walks every select branch) and
+IDE syncs see the graph without fetching 489 MB, and a CUDA compile without the config fails
+saying what to add.
 """
 
 load("//third_party:pins.bzl", "CUDA_HOST_COMPILER", "CUDA_PACKAGES", "PYTHON")
@@ -49,7 +52,42 @@ cc_library(
 exports_files(["host_compiler.txt"])
 """
 
+# Without --config=cuda: the same targets, empty; "nvcc" explains what to add.
+_STUB_BUILD = """\
+package(default_visibility = ["//visibility:public"])
+
+filegroup(name = "toolkit")
+
+filegroup(
+    name = "nvcc",
+    srcs = ["cuda/bin/nvcc"],
+)
+
+filegroup(
+    name = "cuobjdump",
+    srcs = ["cuda/bin/nvcc"],
+)
+
+cc_library(name = "cuda_headers")
+
+cc_library(name = "cudart")
+
+exports_files(["host_compiler.txt"])
+"""
+
+_STUB_NVCC = """#!/bin/sh
+echo "jaxext: the CUDA toolkit is installed only for CUDA builds: add --config=cuda" \\
+  "(or --repo_env=JAXEXT_CUDA=1 with --define=jaxext_cuda=true)" >&2
+exit 1
+"""
+
 def _cuda_repository_impl(rctx):
+    if rctx.os.environ.get("JAXEXT_CUDA", "") != "1":
+        rctx.file("cuda/bin/nvcc", _STUB_NVCC, executable = True)
+        rctx.file("host_compiler.txt", "/bin/false\n")
+        rctx.file("BUILD.bazel", _STUB_BUILD)
+        rctx.file("WORKSPACE", "")
+        return
     local = rctx.os.environ.get("LOCAL_CUDA_PATH", "")
     if local:
         rctx.report_progress("using the local CUDA toolkit at " + local)
@@ -93,7 +131,7 @@ def _cuda_repository_impl(rctx):
 cuda_repository = repository_rule(
     implementation = _cuda_repository_impl,
     attrs = {"_pins": attr.label(default = "//third_party:pins.bzl")},
-    environ = ["LOCAL_CUDA_PATH", "JAXEXT_CUDA_HOST_COMPILER", "JAXEXT_PIP_INDEX_URL"],
+    environ = ["JAXEXT_CUDA", "LOCAL_CUDA_PATH", "JAXEXT_CUDA_HOST_COMPILER", "JAXEXT_PIP_INDEX_URL"],
 )
 
 def _cuda_deps_impl(_mctx):
