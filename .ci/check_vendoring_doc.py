@@ -2,7 +2,7 @@
 """The vendoring instructions are what CI builds: every `bazel_dep(...)` line of the Starlark
 blocks of README.md and docs/vendoring.md is in tests/consumer/MODULE.bazel, and every symbol
 those blocks `load(...)` and every `@jaxext//...` label they name is in a BUILD file of
-tests/consumer.
+tests/consumer; the lines of the WORKSPACE-mode block are in tests/consumer/WORKSPACE.
 
     python3 .ci/check_vendoring_doc.py   # from the repository root; exit 1 naming what differs
 """
@@ -21,11 +21,20 @@ def starlark_blocks(path):
 
 def main():
   module = (CONSUMER / "MODULE.bazel").read_text()
+  workspace = (CONSUMER / "WORKSPACE").read_text()
   builds = "\n".join(p.read_text() for p in CONSUMER.rglob("BUILD.bazel"))
   missing = []
   for doc in (ROOT / "README.md", ROOT / "docs" / "vendoring.md"):
     for block in starlark_blocks(doc):
-      if "local_repository(" in block:  # the WORKSPACE-mode block: checked by the WORKSPACE run
+      if "local_repository(" in block:  # the WORKSPACE-mode block: its lines in the WORKSPACE
+        for line in block.splitlines():
+          line = line.split("#")[0].strip()
+          if line.startswith("local_repository("):
+            line = re.sub(r",\s*path\s*=.*", "", line)  # the consumer's own path to its copy
+            if not re.search(r'local_repository\(\s*name = "jaxext"', workspace):
+              missing.append(f"{doc.name}: {line} (not in tests/consumer/WORKSPACE)")
+          elif line and line not in workspace:
+            missing.append(f"{doc.name}: {line} (not in tests/consumer/WORKSPACE)")
         continue
       for line in block.splitlines():
         line = line.split("#")[0].strip()

@@ -207,13 +207,14 @@ class NumbaKernel:
     return f"<{self.kind} {self.name}>"
 
   # -- derivatives ------------------------------------------------------------------------------
-  def defjvp(self, jvp):
+  def defjvp(self, jvp: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:
     """`jvp(primals, tangents, **params) -> (primal_outputs, tangent_outputs)` (tuples)."""
     self._jvp, self._vjp = jvp, None
     self._diff_fns.clear()
     return jvp
 
-  def defvjp(self, fwd, bwd):
+  def defvjp(self, fwd: Callable[..., tuple[Any, Any]],
+             bwd: Callable[..., tuple[Any, ...]]) -> Callable[..., tuple[Any, Any]]:
     """`fwd(*inputs, **params) -> (outputs, residuals)`; `bwd(residuals, cotangents, **params)`
     -> one cotangent per input (tuples)."""
     self._jvp, self._vjp = None, (fwd, bwd)
@@ -221,7 +222,7 @@ class NumbaKernel:
     return fwd
 
   # -- calling ----------------------------------------------------------------------------------
-  def __call__(self, *args: ArrayLike, **params: Any) -> Any:
+  def __call__(self, *args: jax.Array | np.ndarray, **params: Any) -> Any:
     """The outputs for these inputs (parameters by keyword): one jax.Array for a kernel with one
     output, else a tuple of them."""
     if len(args) >= len(self._arg_names):

@@ -120,7 +120,9 @@ def dop853(rhs: Callable[..., Any] | Model | functions.Rhs, y0: ArrayLike,
            args: Any = None, args_axes: Any = None, t_eval: ArrayLike | None = None,
            rtol: ArrayLike | Sequence[float] | None = None,
            atol: ArrayLike | Sequence[float] = 1e-9,
-           events: Sequence[functions.Event | Callable[..., Any]] = (), max_steps: int = 100_000,
+           events: (functions.Event | Callable[..., Any]
+                   | Sequence[functions.Event | Callable[..., Any]]) = (),
+           max_steps: int = 100_000,
            first_step: float | None = None, max_step: float | None = None,
            event_slots: int = 8, dense: bool | int = False) -> Solution:
   """Integrates dy/dt = rhs(t, y, p) for N trajectories with DOP853 (scipy's algorithm).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from jaxext.ode.functions import Event
 
@@ -50,7 +51,7 @@ class Atmosphere:
     if min(self.density) <= 0 or min(self.scale_height) <= 0:
       raise ValueError("Atmosphere densities and scale heights must be positive")
 
-  def density_at(self, altitude):
+  def density_at(self, altitude: ArrayLike) -> np.ndarray:
     """The density (kg/m^3) at altitudes in km, in NumPy (the model's own formula)."""
     h = np.asarray(altitude, np.float64)
     base = np.asarray(self.base_altitude)
