@@ -1,7 +1,6 @@
 """Builds the manual: `build_html.py SOURCE_DIR OUT_DIR` runs Sphinx's HTML builder with warnings
 as errors (every warning reported, then a failure), from a clean environment each time."""
 
-import os
 import sys
 import tempfile
 
@@ -13,7 +12,6 @@ def main(argv: list[str]) -> int:
     print(__doc__, file=sys.stderr)
     return 2
   source, out = argv
-  os.environ.setdefault("MPLBACKEND", "Agg")
   with tempfile.TemporaryDirectory() as doctrees:
     return build_main(["-b", "html", "-W", "--keep-going", "-q", "-E",
                        "-d", doctrees, source, out])

@@ -264,7 +264,7 @@ def _sphinx_html_impl(ctx):
         inputs = ctx.files.srcs + ctx.files.data + [ctx.file.conf],
         outputs = [out],
         tools = [ctx.attr.builder[DefaultInfo].files_to_run],
-        env = {"MPLBACKEND": "Agg", "HOME": "/nonexistent"},
+        env = {"HOME": "/nonexistent"},
         mnemonic = "SphinxHtml",
         progress_message = "Building the manual %{label}",
     )

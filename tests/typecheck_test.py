@@ -12,21 +12,16 @@ import mypy.api
 import pytest
 
 import jaxext
-from jaxext import equivariant as eq
-from jaxext import ode
-from jaxext.equivariant import e3nn_ops
+import public_api
 
 ROOT = pathlib.Path(os.environ.get("JAXEXT_SOURCE_ROOT", "."))
 
 
 def _public_functions():
-  for module in (jaxext, ode, ode.models, eq, e3nn_ops):
-    names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
-    for name in names:
-      obj = getattr(module, name)
-      if inspect.isfunction(obj) and obj.__module__.startswith("jaxext"):
-        yield f"{module.__name__}.{name}", obj
-  for cls in (ode.Solution, ode.Rhs, ode.Event, ode.models.Model, ode.models.Atmosphere):
+  for name, obj in public_api.exported():
+    if inspect.isfunction(obj) and obj.__module__.startswith("jaxext"):
+      yield name, obj
+  for cls in public_api.CLASSES:
     for name, fn in inspect.getmembers(cls, inspect.isfunction):
       if not name.startswith("_") and fn.__module__.startswith("jaxext"):
         yield f"{cls.__module__}.{cls.__qualname__}.{name}", fn
