@@ -284,7 +284,31 @@ def test_jnp_right_hand_side_lowers_and_links(dtype, tmp_path):
   assert ok, log
 
 
-def test_dense_output_is_refused_on_cuda():
-  y0 = np.array([[2.0, 0.0], [1.0, 0.5]])
-  with pytest.raises(NotImplementedError, match="CPU only"):
-    _export(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0], dense=True).dense_f, y0)
+def _result_shapes(text):
+  """The result types of the (first) jaxext_dop853 custom call, as shape tuples."""
+  call = text[text.index("@jaxext_dop853"):]
+  results = call[call.index("-> (") + 4:call.index("\n")]
+  return [tuple(int(d) for d in m.split("x")[:-1])
+          for m in re.findall(r"tensor<([0-9x]*[a-z0-9]+)>", results)]
+
+
+def test_dense_output_lowers_for_cuda(tmp_path):
+  """dense=S on CUDA: the handler's kept-steps results (S + 1 boundaries, S x 8 rows of n_aug per
+  trajectory) for a Numba right-hand side, a built-in model and the sensitivities' interpolants
+  (a gradient through Solution.evaluate); the user's functions still link. The values against
+  the CPU's are tools/gpu_checks.py's (ode_jnp, ode_user, ode)."""
+  y0 = np.array([[2.0, 0.0], [1.0, 0.5], [0.5, 0.1]])
+  text = _export(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0], dense=7).dense_f, y0)
+  assert _int_attr(text, "dense_steps") == 7
+  assert (3, 8) in _result_shapes(text) and (3, 7, 8, 2) in _result_shapes(text)
+  ok, log, _ = _link(_attr(text, "device_code"), "float64", tmp_path)
+  assert ok, log
+  grad = _export(jax.grad(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0], dense=5)
+                          .evaluate(0.5).sum()), y0)
+  assert _int_attr(grad, "sensitivities") == 1 and _int_attr(grad, "dense_steps") == 5
+  assert (3, 5, 8, 2 + 2 * 3) in _result_shapes(grad)  # state + d y / d (y0, p) of 2 x 3
+  orbit = np.tile(np.array([models.EARTH_RADIUS + 400.0, 0.0, 0.0, 0.0, 7.67, 0.0]), (2, 1))
+  built_in = _export(lambda y: ode.dop853(models.two_body(), y, (0.0, 60.0), dense=True)
+                     .evaluate(30.0), orbit)
+  assert _int_attr(built_in, "dense_steps") == 1000  # dense=True: the documented 1000 steps
+  assert (2, 1000, 8, 6) in _result_shapes(built_in)

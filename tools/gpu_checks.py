@@ -492,6 +492,9 @@ def ode_checks(check, gpu, cpu, best, report, rng, small=False, peers=False,
   rel = max(np.abs(same(x) - same(y)).max() / np.abs(same(y)).max() for x, y in zip(gg, gc))
   check("ode gpu: smooth drag, gradients (orbits above 300 km) match cpu to 1e-7", rel < 1e-7,
         f"relative {rel:.3g}")
+  dense_checks(check, "ode gpu: smooth drag, orbits above 300 km", lambda y, b, te: ode.dop853(
+      smooth, y, (0.0, 3600.0), b, t_eval=te, rtol=1e-10, atol=1e-10, dense=True),
+      (y0[pick], b[pick]), gpu, cpu, np.linspace(0.0, 3600.0, 25), 1e-7)
   for n in (100,) if small else sizes:
     y0, b = cloud(n)
     fn = jax.jit(lambda y, b: run(y, b).y_final)
@@ -549,6 +552,46 @@ def diffrax_arm(gpu, cpu, best, report, sizes):
     print(json.dumps(row))
 
 
+def dense_checks(check, label, solve, inputs, gpu, cpu, times, tol, grad_solve=None,
+                 grad_tol=1e-7):
+  """The dense output (dop853(..., dense=S), Solution.evaluate) on the GPU: `solve(*inputs,
+  t_eval)` returns a Solution with its dense output. The GPU's and the CPU's step sequences may
+  part (a last-bit difference in an error estimate flips a step decision, and every later
+  boundary moves), so their kept rows are not compared element by element. Checked instead: the
+  GPU's kept steps are min(n_accepted, S), starting at t0 and ending at t_final; evaluate(times)
+  equals the GPU's own t_eval rows (the integrator's interpolation, to 1e-12) and the CPU's
+  evaluate(times) to `tol` (relative to max(1, |cpu|)); the gradient of evaluate(times).sum()
+  with respect to every input (through `grad_solve`, default `solve`) matches the CPU's."""
+  import jax
+  import numpy as np
+  a = lambda x: np.asarray(x)
+  on = lambda dev: [jax.device_put(x, dev) for x in inputs]
+  run = jax.jit(lambda *xs: (lambda s: (s.n_accepted, s.dense_t, s.t_final, s.ys,
+                                        s.evaluate(times)))(solve(*xs, times)))
+  (acc, dt, tf, ys, ev), c = run(*on(gpu)), run(*on(cpu))
+  acc, dt, tf, ys, ev = a(acc), a(dt), a(tf), a(ys), a(ev)
+  steps = dt.shape[1] - 1
+  kept = np.minimum(acc, steps)
+  idx = np.arange(dt.shape[1])[None, :]
+  layout = (np.array_equal(np.isfinite(dt), idx <= kept[:, None]) and kept.min() > 0
+            and np.array_equal(dt[:, 0], np.full(len(dt), times[0]))
+            and np.array_equal(dt[acc <= steps, kept[acc <= steps]], tf[acc <= steps]))
+  own = float(np.max(np.abs(ev - ys) / np.maximum(1, np.abs(ys))))
+  err = float(np.max(np.abs(ev - a(c[4])) / np.maximum(1, np.abs(a(c[4])))))
+  check(f"{label}: dense output on the GPU: kept steps, evaluate as its t_eval (1e-12), "
+        f"evaluate within {tol:g} of cpu", layout and own < 1e-12 and err < tol,
+        f"layout {layout}, against its t_eval {own:.3g}, against cpu {err:.3g}, kept steps "
+        f"{kept.min()}..{kept.max()}, accepted steps equal cpu in {np.mean(acc == a(c[0])):.0%}")
+  grad_solve = grad_solve or solve
+  grad = jax.jit(jax.grad(lambda *xs: grad_solve(*xs, None).evaluate(times).sum(),
+                          argnums=tuple(range(len(inputs)))))
+  gg, gc = grad(*on(gpu)), grad(*on(cpu))
+  finite = all(np.isfinite(a(x)).all() for x in gc)
+  r = max(np.abs(a(x) - a(y)).max() / np.abs(a(y)).max() for x, y in zip(gg, gc))
+  check(f"{label}: gradients through Solution.evaluate match cpu to {grad_tol:g}",
+        finite and r < grad_tol, f"relative {r:.3g}")
+
+
 def ode_user_checks(check, gpu, cpu, best, report, rng, sizes=(100_000, 1_000_000)):
   """jaxext.ode.dop853 with Python right-hand sides, Jacobians and events on the GPU (numba-cuda
   PTX linked into the integrator at run time) against the CPU (Numba cfuncs): statuses, steps,
@@ -596,6 +639,11 @@ def ode_user_checks(check, gpu, cpu, best, report, rng, sizes=(100_000, 1_000_00
   gg, gc = grad(gpu), grad(cpu)
   rel = max(np.abs(a(x) - a(y)).max() / np.abs(a(y)).max() for x, y in zip(gg, gc))
   check("ode user gpu: gradients match cpu to 1e-7", rel < 1e-7, f"relative {rel:.3g}")
+  dense_checks(check, "ode user gpu: van der Pol", lambda y, p, te: ode.dop853(
+      rhs, y, (0.0, 10.0), p, t_eval=te, rtol=1e-10, atol=1e-10, events=[crossing], dense=600),
+      (y0[:128], mu[:128]), gpu, cpu, np.linspace(0.0, 10.0, 37), 1e-7,
+      grad_solve=lambda y, p, te: ode.dop853(rhs, y, (0.0, 10.0), p, rtol=1e-10, atol=1e-10,
+                                             dense=600))
 
   # Derivatives through a terminal Python event: f and the event's gradient at the event rows
   # run as numba-cuda kernels (jaxext/ode/_rows.py), under jit and under vmap.
@@ -690,7 +738,8 @@ def ode_jnp_checks(check, gpu, cpu, best, report, rng, small=False, peers=False,
   """jaxext.ode.dop853 with right-hand sides written in jax.numpy (jaxext/ode/_jnp.py: the jaxpr
   written out as scalar code; on the GPU compiled by numba-cuda and linked into the integrator)
   against the CPU: Lorenz with per-trajectory args (statuses, steps, values), derivatives through
-  a jnp terminal event, a complex Schrodinger state; dense output refused on CUDA. Then (peers)
+  a jnp terminal event, a complex Schrodinger state, the dense output (and what keeping it costs
+  at 1e5 trajectories). Then (peers)
   the speed against diffrax integrating the same jnp function (Dopri8 + PID under jit(vmap)),
   both at rtol = atol = 1e-9, with each one's error against jaxext at 1e-13 on 1000 of them."""
   import jax
@@ -738,14 +787,19 @@ def ode_jnp_checks(check, gpu, cpu, best, report, rng, small=False, peers=False,
   pg, pc = a(schrodinger(*on(gpu, psi0))), a(schrodinger(*on(cpu, psi0)))
   err = np.abs(pg - pc).max()
   check("ode jnp gpu: complex Schrodinger states within 1e-9 of cpu", err < 1e-9, f"max {err:.3g}")
-  if gpu.platform != "cpu":
-    try:
-      jax.jit(lambda y: ode.dop853(lorenz, y, (0.0, 1.0), args=(10.0, 28.0, 8 / 3),
-                                   dense=True).dense_f)(*on(gpu, y0[:4]))
-      refused = False
-    except NotImplementedError:
-      refused = True
-    check("ode jnp gpu: dense output refused on CUDA (CPU only)", refused)
+  dense_checks(check, "ode jnp gpu: Lorenz", lambda y, s, te: ode.dop853(
+      lorenz, y, (0.0, 2.0), args=(s, 28.0, 8 / 3), args_axes=(0, None, None), t_eval=te,
+      rtol=1e-10, atol=1e-10, dense=400), (y0[:256], sigma[:256]), gpu, cpu, np.linspace(0.0, 2.0, 41), 1e-7)
+  if gpu.platform != "cpu":  # what keeping the interpolants costs (and that it fits) at 1e5
+    yb = rng.normal(size=(100_000, 3)) + np.array([1.0, 1.0, 20.0])
+    (yd,) = on(gpu, yb)
+    for dense in (False, 256):
+      fn = jax.jit(lambda y: ode.dop853(lorenz, y, (0.0, 2.0), args=(10.0, 28.0, 8 / 3),
+                                        rtol=1e-9, atol=1e-9, dense=dense).y_final)
+      row = {"op": "ode.dop853 jnp Lorenz t <= 2 rtol=1e-9", "dense": dense, "n": 100_000,
+             "s": best(fn, yd, repeats=3)}
+      report["bench"].append(row)
+      print(row)
   if not peers:
     return
   try:

@@ -172,7 +172,8 @@ struct Outputs {
   T* t_final;              // 1: where integration stopped
   T* y_final;              // n: the state there
   int32_t* stats;          // 4: status, step attempts, accepted steps, right-hand side evaluations
-  // The dense output of every accepted step, up to dense_steps of them (host code only; 0: none):
+  // The dense output of every accepted step, up to dense_steps of them (0: none; a kernel
+  // that constructs Outputs with the default keeps none, and the compiler drops that code):
   // step k spans dense_t[k] .. dense_t[k + 1] (its start and its end, the end where it reached,
   // not where a terminal event cut it), and dense_f[k] holds its rows F[0..kDense-1] and then
   // y_old ((kDense + 1) x n): scipy's Dop853DenseOutput(t_old, t, y_old, F).
@@ -279,12 +280,10 @@ class Integrator {
     for (int64_t i = 0; i < n_events * out.event_slots; ++i) out.t_events[i] = Nan<T>();
     for (int64_t i = 0; i < n_events * out.event_slots * n; ++i) out.y_events[i] = Nan<T>();
     for (int e = 0; e < n_events; ++e) out.event_counts[e] = 0;
-#if !defined(__CUDA_ARCH__)
     if (out.dense_steps > 0) {
       for (int64_t i = 0; i <= out.dense_steps; ++i) out.dense_t[i] = Nan<T>();
       for (int64_t i = 0; i < out.dense_steps * (kDense + 1) * n; ++i) out.dense_f[i] = Nan<T>();
     }
-#endif
     steps_ = accepted_ = nfev_ = 0;
     t_ = t0;
     t1_ = t1;
@@ -415,7 +414,6 @@ class Integrator {
     }
     dense_ready_ = false;
     const bool finished = dir_ * (t_ - t1_) >= 0;
-#if !defined(__CUDA_ARCH__)
     if (out.dense_steps > 0) {  // (the step's end, before a terminal event moves t_ to its root)
       if (!Dense()) return Finish(kCallbackFailed, out);
       if (accepted_ <= out.dense_steps) {
@@ -427,7 +425,6 @@ class Integrator {
         for (int i = 0; i < n; ++i) rows[kDense * n + i] = y_old_[At(i)];
       }
     }
-#endif
 
     bool terminate = false;
     if (events_.size() > 0) {
