@@ -105,8 +105,10 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
   return compat.lower_fun(call, multiple_results=True)(ctx, *args)
 
 
-def ffi_per_shard(target: str, result_types, **attrs):
-  """per_shard for an FFI target: `result_types(*shards)` gives the result ShapeDtypeStructs."""
+def ffi_per_shard(target: str, result_types, output_layouts=None, **attrs):
+  """per_shard for an FFI target: `result_types(*shards)` gives the result ShapeDtypeStructs;
+  `output_layouts` as jax.ffi.ffi_call's (None: row-major)."""
   def per_shard(*xs):
-    return jax.ffi.ffi_call(target, tuple(result_types(*xs)))(*xs, **attrs)
+    return jax.ffi.ffi_call(target, tuple(result_types(*xs)),
+                            output_layouts=output_layouts)(*xs, **attrs)
   return per_shard

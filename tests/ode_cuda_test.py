@@ -301,6 +301,10 @@ def test_dense_output_lowers_for_cuda(tmp_path):
   text = _export(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0], dense=7).dense_f, y0)
   assert _int_attr(text, "dense_steps") == 7
   assert (3, 8) in _result_shapes(text) and (3, 7, 8, 2) in _result_shapes(text)
+  # Kept steps trajectory-minor on CUDA (the kernels' threads write neighbouring addresses):
+  # minor-to-major (0, 1) and (0, 3, 2, 1); the other results row-major.
+  layouts = re.search(r"result_layouts = \[(.*?)\]\s*[,}]", text).group(1)
+  assert layouts.count("dense<[0, 1]>") == 1 and layouts.count("dense<[0, 3, 2, 1]>") == 1, layouts
   ok, log, _ = _link(_attr(text, "device_code"), "float64", tmp_path)
   assert ok, log
   grad = _export(jax.grad(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0], dense=5)

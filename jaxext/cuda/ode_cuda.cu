@@ -122,10 +122,11 @@ __global__ void __launch_bounds__(64, 6)
                          t_events + j * ne * kslots, y_events + j * ne * kslots * kN,
                          counts + j * ne, t_final + j,
                          y_final + j * kN, stats + j * 4};
-  if (kDense && dense_steps > 0) {
+  if (kDense && dense_steps > 0) {  // trajectory-minor (the lowering's result layout)
     out.dense_steps = dense_steps;
-    out.dense_t = dense_t + j * (dense_steps + 1);
-    out.dense_f = dense_f + j * dense_steps * (dop853::kDense + 1) * kN;
+    out.dense_t = dense_t + j;
+    out.dense_f = dense_f + j;
+    out.dense_stride = count;
   }
   RadiusEvents<T, kDense> events{&config};
   ModelRhs<T> rhs{&config.model, p};
@@ -162,10 +163,11 @@ __global__ void Dop853SensitivityKernel(const __grid_constant__ Config<T> config
                          t_events + j * ne * kslots, y_events + j * ne * kslots * n_aug,
                          counts + j * ne, t_final + j,
                          y_final + j * n_aug, stats + j * 4};
-  if (dense_steps > 0) {
+  if (dense_steps > 0) {  // trajectory-minor (the lowering's result layout)
     out.dense_steps = dense_steps;
-    out.dense_t = dense_t + j * (dense_steps + 1);
-    out.dense_f = dense_f + j * dense_steps * (dop853::kDense + 1) * n_aug;
+    out.dense_t = dense_t + j;
+    out.dense_f = dense_f + j;
+    out.dense_stride = count;
   }
   RadiusEvents<T> events{&config};
   ModelVariational<T> rhs{&config.model, p, static_cast<int>(np)};

@@ -90,10 +90,11 @@ __device__ void Integrate(const Args<T>& a) {
                          a.t_final + j,
                          a.y_final + j * n_aug,
                          a.stats + j * 4};
-  if (a.dense_steps > 0) {
+  if (a.dense_steps > 0) {  // trajectory-minor (the lowering's result layout)
     out.dense_steps = a.dense_steps;
-    out.dense_t = a.dense_t + j * (a.dense_steps + 1);
-    out.dense_f = a.dense_f + j * a.dense_steps * (dop853::kDense + 1) * n_aug;
+    out.dense_t = a.dense_t + j;
+    out.dense_f = a.dense_f + j;
+    out.dense_stride = a.count;
   }
   UserEvents events{&a, p};
   if constexpr (kSensitivities) {

@@ -46,9 +46,9 @@ struct Args {
   T* t_events;       // count x n_events x kslots
   T* y_events;       // count x n_events x kslots x n_aug
   int32_t* counts;   // count x n_events
-  int64_t dense_steps;  // 0: no dense output; else dense_t and dense_f as in dop853::Outputs
-  T* dense_t;        // count x (dense_steps + 1)
-  T* dense_f;        // count x dense_steps x (kDense + 1) x n_aug
+  int64_t dense_steps;  // 0: no dense output; else dense_t and dense_f as in dop853::Outputs,
+  T* dense_t;        // (dense_steps + 1) x count  trajectory-minor (dense_stride = count)
+  T* dense_f;        // dense_steps x (kDense + 1) x n_aug x count
   T rtol[kMaxState], atol[kMaxState];
   T first_step, max_step;
   int64_t max_steps;

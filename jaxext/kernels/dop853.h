@@ -176,10 +176,13 @@ struct Outputs {
   // that constructs Outputs with the default keeps none, and the compiler drops that code):
   // step k spans dense_t[k] .. dense_t[k + 1] (its start and its end, the end where it reached,
   // not where a terminal event cut it), and dense_f[k] holds its rows F[0..kDense-1] and then
-  // y_old ((kDense + 1) x n): scipy's Dop853DenseOutput(t_old, t, y_old, F).
+  // y_old ((kDense + 1) x n): scipy's Dop853DenseOutput(t_old, t, y_old, F). Element e of either
+  // lies at e * dense_stride: 1 on the CPU; on a GPU the trajectories' values interleave (stride
+  // = their count), so that a warp's threads write neighbouring addresses.
   int64_t dense_steps = 0;
   T* dense_t = nullptr;    // dense_steps + 1
   T* dense_f = nullptr;    // dense_steps x (kDense + 1) x n
+  int64_t dense_stride = 1;
 };
 
 // Elements of T the integrator needs per trajectory.
@@ -281,8 +284,11 @@ class Integrator {
     for (int64_t i = 0; i < n_events * out.event_slots * n; ++i) out.y_events[i] = Nan<T>();
     for (int e = 0; e < n_events; ++e) out.event_counts[e] = 0;
     if (out.dense_steps > 0) {
-      for (int64_t i = 0; i <= out.dense_steps; ++i) out.dense_t[i] = Nan<T>();
-      for (int64_t i = 0; i < out.dense_steps * (kDense + 1) * n; ++i) out.dense_f[i] = Nan<T>();
+      const int64_t s = out.dense_stride;
+      for (int64_t i = 0; i <= out.dense_steps; ++i) out.dense_t[i * s] = Nan<T>();
+      for (int64_t i = 0; i < out.dense_steps * (kDense + 1) * n; ++i) {
+        out.dense_f[i * s] = Nan<T>();
+      }
     }
     steps_ = accepted_ = nfev_ = 0;
     t_ = t0;
@@ -418,11 +424,12 @@ class Integrator {
       if (!Dense()) return Finish(kCallbackFailed, out);
       if (accepted_ <= out.dense_steps) {
         const int64_t k = accepted_ - 1;
-        out.dense_t[k] = t_old_;
-        out.dense_t[k + 1] = t_;
-        T* rows = out.dense_f + k * (kDense + 1) * n;
-        for (int64_t i = 0; i < kDense * n; ++i) rows[i] = f_[At(i)];
-        for (int i = 0; i < n; ++i) rows[kDense * n + i] = y_old_[At(i)];
+        const int64_t s = out.dense_stride;
+        out.dense_t[k * s] = t_old_;
+        out.dense_t[(k + 1) * s] = t_;
+        T* rows = out.dense_f + k * (kDense + 1) * n * s;
+        for (int64_t i = 0; i < kDense * n; ++i) rows[i * s] = f_[At(i)];
+        for (int i = 0; i < n; ++i) rows[(kDense * n + i) * s] = y_old_[At(i)];
       }
     }
 
