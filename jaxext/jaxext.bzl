@@ -145,8 +145,8 @@ def jaxext_example(name, deps = [Label("//jaxext")], test_size = "medium"):
 
 # Wheels are built by zig's clang for an old glibc, with libc++ linked in (third_party/zig), not by
 # the toolchain root's GCC, whose libstdc++ most users' systems lack: //:wheel is the portable
-# artifact whatever toolchain the rest of the build uses. CUDA builds keep their toolchain (nvcc's
-# host objects are compiled against GCC's libstdc++).
+# artifact whatever toolchain the rest of the build uses, CUDA builds included (nvcc's objects
+# need no C++ runtime: the kernels' halves of the CUDA ops).
 _ZIG_TOOLCHAINS = {
     "x86_64": str(Label("@jaxext_zig//:x86_64")),
     "aarch64": str(Label("@jaxext_zig//:aarch64")),
@@ -245,10 +245,11 @@ _jaxext_wheel = rule(
 
 def jaxext_wheel(name, arch = "x86_64", **kwargs):
     """The platform wheel (see _jaxext_wheel): its extensions built by zig's clang for `arch`
-    (x86_64, the host; aarch64, cross-built) and glibc 2.17. CUDA builds (--config=cuda) keep their
-    toolchain and build the host's wheel only."""
+    (x86_64, the host; aarch64, cross-built) and glibc 2.17. With --config=cuda the x86_64 wheel
+    holds the CUDA handlers too: their .cu halves compiled by nvcc (with its own host compiler, no
+    C++ runtime: tests/cuda_kernels_abi_test.py), the rest by zig's clang like every handler."""
     if arch == "x86_64":
-        _jaxext_wheel(name = name, toolchain = if_cuda("", arch), **kwargs)
+        _jaxext_wheel(name = name, toolchain = arch, **kwargs)
     else:
         _jaxext_wheel(name = name, toolchain = arch, target_compatible_with = NOT_WITH_CUDA, **kwargs)
 
@@ -404,6 +405,10 @@ _embed_bytes = rule(
     },
 )
 
+# nvcc flags of the kernels' half of an op (BUILD.bazel of jaxext/cuda): no exceptions, so that
+# their host objects need nothing of the host compiler's C++ runtime (no __cxa_call_terminate).
+CUDA_KERNEL_COPTS = ["-Xcompiler=-fno-exceptions"]
+
 def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], capabilities = None, **kwargs):
     """A cc_library of CUDA code: `.cu` sources compiled by the hermetic nvcc (@jaxext_cuda).
 
@@ -421,7 +426,6 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], capabilities = No
         capabilities = capabilities or _CUDA_CAPABILITIES,
         target_compatible_with = CUDA_ONLY,
         tags = ["gpu"],
-        visibility = ["//visibility:private"],
     )
     cc_library(
         name = name,

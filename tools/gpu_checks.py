@@ -5,8 +5,12 @@ The GPU machine's Python need not match the build's: the handlers come from the 
 libraries built here (`ffi_handler_library`), registered through ctypes, with jaxext's pure-Python
 package from this checkout. Steps, from the repository root on the build machine:
 
-    tools/bazel build --config=cuda //jaxext/cpu:jaxext_cpu_handlers.so //jaxext/cuda:jaxext_cuda_handlers.so
+    tools/bazel build --config=cuda --extra_toolchains=@jaxext_zig//:x86_64 \
+        //jaxext/cpu:jaxext_cpu_handlers.so //jaxext/cuda:jaxext_cuda_handlers.so
     mkdir -p .gpu && cp -f bazel-bin/jaxext/cpu/jaxext_cpu_handlers.so bazel-bin/jaxext/cuda/jaxext_cuda_handlers.so .gpu/
+
+(zig's clang, as the wheels: glibc 2.17 and libc++ linked in, so the libraries load on any
+machine; without --extra_toolchains the toolchain root's GCC builds them, needing its libstdc++).
 
 and on the GPU machine (with `.gpu` carried along):
 

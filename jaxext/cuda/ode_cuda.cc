@@ -15,9 +15,10 @@
 #include "cuda.h"
 #include "jaxext/common/dop853_binding.h"
 #include "jaxext/cuda/driver.h"
+#include "jaxext/cuda/launch.h"
+#include "jaxext/cuda/ode_kernels.h"
 #include "jaxext/cuda/ode_user_kernels.h"
 #include "jaxext/kernels/dop853.h"
-#include "jaxext/kernels/orbit.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -32,149 +33,6 @@ extern const unsigned char kOdeUserDouble[];
 extern const size_t kOdeUserDoubleSize;
 
 namespace {
-
-constexpr int kN = orbit::kStateSize;
-constexpr int kMaxParams = 2;                       // sensitivities: at most 2 parameter columns
-constexpr int kMaxAug = kN + kN * (kN + kMaxParams);  // state + sensitivities
-
-// Everything a thread needs besides the buffers, passed by value as the kernel's argument, read in
-// place (__grid_constant__): without it, taking the model's address made every thread copy the
-// whole struct (atmosphere table included) to local memory (ncu on an H100: 3.4 KB of stack).
-template <typename T>
-struct Config {
-  orbit::Model<T> model;
-  T rtol[kN], atol[kN];
-  T first_step, max_step;
-  int64_t max_steps;
-  int n_events;
-  T radius[dop853::kMaxEvents];
-  int direction[dop853::kMaxEvents];
-  int64_t terminal[dop853::kMaxEvents];
-};
-
-template <typename T>
-struct ModelRhs {
-  const orbit::Model<T>* model;
-  const T* p;
-  __host__ __device__ bool operator()(T t, const T* y, T* f) const {
-    (*model)(t, y, p, f);
-    return true;
-  }
-};
-
-// f, df/dy and df/dp by dual numbers (orbit.h) and the variational equations (dop853.h).
-template <typename T>
-struct ModelVariational {
-  const orbit::Model<T>* model;
-  const T* p;
-  int np;
-  __host__ __device__ bool operator()(T t, const T* y, T* f) const {
-    T dfdy[kN * kN], dfdp[kN * kMaxParams];
-    model->Jacobian(t, y, p, np, f, dfdy, dfdp);
-    dop853::Sensitivities<T>(kN, np, dfdy, dfdp, y + kN, f + kN);
-    return true;
-  }
-};
-
-// Radius events; none at all (known at compile time) when kOn is false.
-template <typename T, bool kOn = true>
-struct RadiusEvents {
-  const Config<T>* config;
-  __host__ __device__ int size() const { return kOn ? config->n_events : 0; }
-  __host__ __device__ int direction(int e) const { return config->direction[e]; }
-  __host__ __device__ int64_t max_count(int e) const { return config->terminal[e]; }
-  __host__ __device__ bool value(int e, T, const T* y, T* g) const {
-    *g = sqrt(y[0] * y[0] + y[1] * y[1] + y[2] * y[2]) - config->radius[e];
-    return true;
-  }
-};
-
-// One thread per trajectory. Without sensitivities the state size is static, so that the
-// integrator's loops unroll and its stages K[0..15] (an array of their own, always indexed by
-// constants) live in registers. kDense: t_eval points, events or kept steps (dense=S), hence the
-// dense output; without them (known at compile time) that code is gone and the rest fits the
-// register cap of __launch_bounds__ (168 registers: 6 blocks of 64 threads per SM). On an H100, 1e6 LEO orbits
-// (1 day, J2 + drag, 1e-9) took 96 ms this way, against 113 ms uncapped (232 registers) and
-// 327 ms with the whole workspace in local memory, bit for bit the same results; with the dense
-// output (5 t_eval points and an event) the cap cost nothing measurable (337 ms against 358 ms
-// uncapped).
-template <typename T, bool kDense>
-__global__ void __launch_bounds__(64, 6)
-    Dop853Kernel(const __grid_constant__ Config<T> config, int64_t count, int64_t np, int64_t m,
-                 int64_t kslots, const T* __restrict__ y0, const T* __restrict__ params,
-                 const T* __restrict__ span, const T* __restrict__ t_eval, T* ys, T* t_final,
-                 T* y_final, int32_t* stats, T* t_events, T* y_events, int32_t* counts,
-                 int64_t dense_steps, T* dense_t, T* dense_f) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= count) return;
-  T stages[dop853::kExtended * kN];
-  T work[dop853::WorkspaceSize(kN) - dop853::kExtended * kN];
-  T start[kN];
-  const T* p = params + j * np;
-  bool params_finite = true;
-  for (int64_t k = 0; k < np; ++k) params_finite = params_finite && dop853::Finite(p[k]);
-  for (int i = 0; i < kN; ++i) start[i] = y0[j * kN + i];
-  const dop853::Settings<T> settings{config.rtol, config.atol, config.first_step, config.max_step,
-                                     config.max_steps};
-  const int64_t ne = kDense ? config.n_events : 0;
-  dop853::Outputs<T> out{t_eval,       kDense ? m : 0,
-                         ys + j * m * kN, kslots,
-                         t_events + j * ne * kslots, y_events + j * ne * kslots * kN,
-                         counts + j * ne, t_final + j,
-                         y_final + j * kN, stats + j * 4};
-  if (kDense && dense_steps > 0) {  // trajectory-minor (the lowering's result layout)
-    out.dense_steps = dense_steps;
-    out.dense_t = dense_t + j;
-    out.dense_f = dense_f + j;
-    out.dense_stride = count;
-  }
-  RadiusEvents<T, kDense> events{&config};
-  ModelRhs<T> rhs{&config.model, p};
-  dop853::Integrator<T, ModelRhs<T>, RadiusEvents<T, kDense>, kN> integrator(
-      rhs, events, kN, kN, settings, stages, work);
-  integrator.Run(span[2 * j], span[2 * j + 1], start, params_finite, out);
-}
-
-// With sensitivities (6 + 6 (6 + np) components): the workspace stays in local memory.
-template <typename T>
-__global__ void Dop853SensitivityKernel(const __grid_constant__ Config<T> config, int64_t count,
-                                        int64_t np, int64_t m, int64_t kslots,
-                                        const T* __restrict__ y0, const T* __restrict__ params,
-                                        const T* __restrict__ span, const T* __restrict__ t_eval,
-                                        T* ys, T* t_final, T* y_final, int32_t* stats,
-                                        T* t_events, T* y_events, int32_t* counts,
-                                        int64_t dense_steps, T* dense_t, T* dense_f) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= count) return;
-  const int cols = kN + static_cast<int>(np);
-  const int n_aug = kN + kN * cols;
-  T work[dop853::WorkspaceSize(kMaxAug)];
-  T start[kMaxAug];
-  const T* p = params + j * np;
-  bool params_finite = true;
-  for (int64_t k = 0; k < np; ++k) params_finite = params_finite && dop853::Finite(p[k]);
-  for (int i = 0; i < kN; ++i) start[i] = y0[j * kN + i];
-  for (int i = 0; i < n_aug - kN; ++i) start[kN + i] = (i % cols == i / cols) ? T(1) : T(0);
-  const dop853::Settings<T> settings{config.rtol, config.atol, config.first_step, config.max_step,
-                                     config.max_steps};
-  const int64_t ne = config.n_events;
-  dop853::Outputs<T> out{t_eval,       m,
-                         ys + j * m * n_aug, kslots,
-                         t_events + j * ne * kslots, y_events + j * ne * kslots * n_aug,
-                         counts + j * ne, t_final + j,
-                         y_final + j * n_aug, stats + j * 4};
-  if (dense_steps > 0) {  // trajectory-minor (the lowering's result layout)
-    out.dense_steps = dense_steps;
-    out.dense_t = dense_t + j;
-    out.dense_f = dense_f + j;
-    out.dense_stride = count;
-  }
-  RadiusEvents<T> events{&config};
-  ModelVariational<T> rhs{&config.model, p, static_cast<int>(np)};
-  dop853::Integrator<T, ModelVariational<T>, RadiusEvents<T>> integrator(rhs, events, n_aug, kN,
-                                                                         settings, work);
-  integrator.Run(span[2 * j], span[2 * j + 1], start, params_finite, out);
-}
 
 ffi::Error Invalid(std::string message) {
   return ffi::Error::InvalidArgument("jaxext.ode.dop853 (CUDA): " + message);
@@ -362,8 +220,6 @@ ffi::Error UserDop853(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer par
   return ffi::Error::Success();
 }
 
-constexpr int kBlock = 64;  // Dop853Kernel's __launch_bounds__
-
 template <typename T>
 ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer params,
                        ffi::AnyBuffer t_span, ffi::AnyBuffer t_eval,
@@ -394,7 +250,7 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
   if (sensitivities != 0 && np > kMaxParams) {
     return Invalid("derivatives on CUDA take at most 2 parameter columns");
   }
-  Config<T> config;
+  Dop853Config<T> config;
   if (!config.model.Decode(model.begin(), static_cast<int64_t>(model.size()))) {
     return Invalid("malformed built-in model constants");
   }
@@ -413,30 +269,15 @@ ffi::Error Dop853Typed(cudaStream_t stream, ffi::AnyBuffer y0, ffi::AnyBuffer pa
     config.direction[e] = static_cast<int>(event_directions[e]);
     config.terminal[e] = event_terminal[e];
   }
-  if (count == 0) return ffi::Error::Success();
-  const unsigned blocks = static_cast<unsigned>((count + kBlock - 1) / kBlock);
-  auto args = [&](auto kernel) {
-    kernel<<<blocks, kBlock, 0, stream>>>(
-        config, count, np, m, kslots, y0.typed_data<T>(), params.typed_data<T>(),
-        t_span.typed_data<T>(), t_eval.typed_data<T>(), ys->typed_data<T>(),
-        t_final->typed_data<T>(), y_final->typed_data<T>(), stats->typed_data<int32_t>(),
-        t_events->typed_data<T>(), y_events->typed_data<T>(), event_counts->typed_data<int32_t>(),
-        dense_steps, dense_steps > 0 ? dense_t->typed_data<T>() : nullptr,
-        dense_steps > 0 ? dense_f->typed_data<T>() : nullptr);
-  };
-  if (sensitivities != 0) {
-    args(Dop853SensitivityKernel<T>);
-  } else if (m > 0 || n_events > 0 || dense_steps > 0) {
-    args(Dop853Kernel<T, true>);
-  } else {
-    args(Dop853Kernel<T, false>);
-  }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    return ffi::Error::Internal(std::string("jaxext.ode.dop853: CUDA launch failed: ") +
-                                cudaGetErrorString(err));
-  }
-  return ffi::Error::Success();
+  const Dop853Buffers<T> b{count, np, m, kslots, dense_steps,
+                           y0.typed_data<T>(), params.typed_data<T>(), t_span.typed_data<T>(),
+                           t_eval.typed_data<T>(), ys->typed_data<T>(),
+                           t_final->typed_data<T>(), y_final->typed_data<T>(),
+                           stats->typed_data<int32_t>(), t_events->typed_data<T>(),
+                           y_events->typed_data<T>(), event_counts->typed_data<int32_t>(),
+                           dense_steps > 0 ? dense_t->typed_data<T>() : nullptr,
+                           dense_steps > 0 ? dense_f->typed_data<T>() : nullptr};
+  return LaunchStatus("jaxext.ode.dop853", LaunchDop853<T>(stream, config, b, sensitivities != 0));
 }
 
 #define JAXEXT_DOP853_CUDA_PARAMS                                                            \

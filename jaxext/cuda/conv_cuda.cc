@@ -7,7 +7,6 @@
 
 #include "jaxext/common/tp_binding.h"
 #include "jaxext/cuda/tp_cuda_common.h"
-#include "jaxext/kernels/tp.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -74,7 +73,7 @@ ffi::Error ConvTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   g.n_senders = s;
   g.n_receivers = r;
   g.n_edges = e;
-  return LaunchTp<T>(stream, m, *tables, ops, g, kOp);
+  return RunTp<T>(stream, m, *tables, ops, g, kOp);
 }
 
 ffi::Error ConvImpl(JAXEXT_CONV_CUDA_PARAMS) {

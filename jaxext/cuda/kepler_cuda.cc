@@ -4,7 +4,8 @@
 
 #include "jaxext/common/ffi_helpers.h"
 #include "jaxext/cuda/kepler_cuda.h"
-#include "jaxext/kernels/kepler.h"
+#include "jaxext/cuda/kepler_kernels.h"
+#include "jaxext/cuda/launch.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -12,17 +13,6 @@ namespace ffi = xla::ffi;
 namespace jaxext {
 namespace cuda {
 namespace {
-
-template <typename T>
-__global__ void KeplerKernel(const T* __restrict__ m, const T* __restrict__ e, T* __restrict__ s,
-                             T* __restrict__ c, int64_t n) {
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
-    kepler::solve<T>(m[i], e[i], s + i, c + i);
-  }
-}
-
-constexpr int kBlock = 256;
 
 // Launches on XLA's stream and returns launch errors as FFI errors. No host synchronisation, no
 // allocation and the same launch on every call: safe to capture into CUDA graphs.
@@ -37,17 +27,9 @@ ffi::Error KeplerImpl(cudaStream_t stream, ffi::Buffer<dtype> mean_anomaly,
       err.failure()) {
     return err;
   }
-  if (n == 0) return ffi::Error::Success();
-  const int64_t blocks = std::min<int64_t>((n + kBlock - 1) / kBlock, int64_t{1} << 20);
-  KeplerKernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
-      mean_anomaly.typed_data(), eccentricity.typed_data(), sin_e->typed_data(),
-      cos_e->typed_data(), n);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    return ffi::Error::Internal(std::string("jaxext kepler: CUDA launch failed: ") +
-                                cudaGetErrorString(err));
-  }
-  return ffi::Error::Success();
+  return LaunchStatus("jaxext kepler",
+                      LaunchKepler(stream, mean_anomaly.typed_data(), eccentricity.typed_data(),
+                                   sin_e->typed_data(), cos_e->typed_data(), n));
 }
 
 }  // namespace

@@ -14,7 +14,6 @@
 #include "jaxext/common/tp_binding.h"
 #include "jaxext/common/tp_path_tables.h"
 #include "jaxext/cuda/tp_cuda_common.h"
-#include "jaxext/kernels/tp.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -190,7 +189,7 @@ ffi::Error TensorProductTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuf
   for (int s = 0; s < 4; ++s) ops.dims[s] = attrs.dims[s];
   ops.result = out->typed_data<T>();
   ops.rows = rows;
-  return LaunchTp<T>(stream, m, *tables, ops, TpGraph{}, "jaxext tensor_product");
+  return RunTp<T>(stream, m, *tables, ops, TpGraph{}, "jaxext tensor_product");
 }
 
 ffi::Error TensorProductImpl(JAXEXT_TP_CUDA_PARAMS) {

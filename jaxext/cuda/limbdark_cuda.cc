@@ -1,11 +1,11 @@
 #include <cstdint>
-#include <string>
 
 #include <cuda_runtime_api.h>
 
 #include "jaxext/common/limbdark_shapes.h"
+#include "jaxext/cuda/launch.h"
 #include "jaxext/cuda/limbdark_cuda.h"
-#include "jaxext/kernels/limbdark.h"
+#include "jaxext/cuda/limbdark_kernels.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -14,61 +14,12 @@ namespace jaxext {
 namespace cuda {
 namespace {
 
-// One thread per point, the law rebuilt per thread (n^2 flops, negligible next to the integrals).
-template <bool kGrad, typename T>
-__global__ void LimbdarkKernel(const T* __restrict__ b, const T* __restrict__ r, int64_t rs,
-                               const T* __restrict__ u, int order, int64_t per_group, int64_t n,
-                               T* __restrict__ flux, T* __restrict__ dfdb, T* __restrict__ dfdr,
-                               T* __restrict__ dfdu) {
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
-    limbdark::Law law;
-    limbdark::MakeLaw(u + (i / per_group) * order, order, &law);
-    limbdark::EvaluateAt<kGrad, T>(b, r, rs, law, i, flux, dfdb, dfdr, dfdu);
-  }
-}
-
-// Second derivatives (limbdark::EvaluateHessian), same layout: outputs of the gradient kernel, then
-// d2F/db2, d2F/db dr, d2F/dr2 and d2F/db du, d2F/dr du.
-template <typename T>
-__global__ void LimbdarkHessKernel(const T* __restrict__ b, const T* __restrict__ r, int64_t rs,
-                                   const T* __restrict__ u, int order, int64_t per_group,
-                                   int64_t n, T* __restrict__ flux, T* __restrict__ dfdb,
-                                   T* __restrict__ dfdr, T* __restrict__ dfdu,
-                                   T* __restrict__ hbb, T* __restrict__ hbr, T* __restrict__ hrr,
-                                   T* __restrict__ hbu, T* __restrict__ hru) {
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  for (int64_t i = first; i < n; i += stride) {
-    limbdark::Law law;
-    limbdark::MakeLaw(u + (i / per_group) * order, order, &law);
-    limbdark::EvaluateHessianAt<T>(b, r, rs, law, i, flux, dfdb, dfdr, dfdu, hbb, hbr, hrr, hbu,
-                                   hru);
-  }
-}
-
-constexpr int kBlock = 128;
-
-ffi::Error LaunchError() {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    return ffi::Error::Internal(std::string("jaxext limbdark: CUDA launch failed: ") +
-                                cudaGetErrorString(err));
-  }
-  return ffi::Error::Success();
-}
-
-int64_t Blocks(const LimbdarkShape& shape) {
-  return std::min<int64_t>((shape.points + kBlock - 1) / kBlock, int64_t{1} << 20);
-}
-
 template <bool kGrad, typename T>
 ffi::Error Launch(cudaStream_t stream, const LimbdarkShape& shape, const T* b, const T* r,
                   const T* u, T* flux, T* dfdb, T* dfdr, T* dfdu) {
-  if (shape.points == 0) return ffi::Error::Success();
-  LimbdarkKernel<kGrad, T><<<static_cast<unsigned>(Blocks(shape)), kBlock, 0, stream>>>(
-      b, r, shape.r_stride, u, shape.order, shape.per_group, shape.points, flux, dfdb, dfdr, dfdu);
-  return LaunchError();
+  return LaunchStatus("jaxext limbdark",
+                      LaunchLimbdark<T>(stream, kGrad, b, r, shape.r_stride, u, shape.order,
+                                        shape.per_group, shape.points, flux, dfdb, dfdr, dfdu));
 }
 
 template <ffi::DataType dtype>
@@ -131,14 +82,14 @@ ffi::Error LimbdarkHessImpl(cudaStream_t stream, ffi::Buffer<dtype> b, ffi::Buff
       err.failure()) {
     return err;
   }
-  if (shape.points == 0) return ffi::Error::Success();
   using T = ffi::NativeType<dtype>;
-  LimbdarkHessKernel<T><<<static_cast<unsigned>(Blocks(shape)), kBlock, 0, stream>>>(
-      b.typed_data(), r.typed_data(), shape.r_stride, u.typed_data(), shape.order,
-      shape.per_group, shape.points, flux->typed_data(), dfdb->typed_data(), dfdr->typed_data(),
-      dfdu->typed_data(), hbb->typed_data(), hbr->typed_data(), hrr->typed_data(),
-      hbu->typed_data(), hru->typed_data());
-  return LaunchError();
+  return LaunchStatus(
+      "jaxext limbdark",
+      LaunchLimbdarkHessian<T>(stream, b.typed_data(), r.typed_data(), shape.r_stride,
+                               u.typed_data(), shape.order, shape.per_group, shape.points,
+                               flux->typed_data(), dfdb->typed_data(), dfdr->typed_data(),
+                               dfdu->typed_data(), hbb->typed_data(), hbr->typed_data(),
+                               hrr->typed_data(), hbu->typed_data(), hru->typed_data()));
 }
 
 }  // namespace

@@ -1,0 +1,442 @@
+#include "jaxext/cuda/tp_kernels.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include <cuda_runtime_api.h>
+
+#include "jaxext/common/tp_path_tables.h"
+#include "jaxext/kernels/tp.h"
+
+namespace jaxext {
+namespace cuda {
+namespace {
+
+constexpr int kTpThreads = 64;
+
+// The contribution of one set of rows (x, y, w, o: e3nn layout) to `acc` (the result row, e3nn
+// layout), for the elements this thread owns.
+template <typename T, int kMode>
+__device__ void TpAddRow(const TpTables<T>& t, const T* __restrict__ x, const T* __restrict__ y,
+                         const T* __restrict__ w, const T* __restrict__ o, T* __restrict__ acc,
+                         int lane, bool lane_rows) {
+  for (int64_t p = 0; p < t.n_paths; ++p) {
+    const tp::Path q = t.paths[p];
+    for (int64_t e = q.begin; e < q.end; ++e) {
+      const int64_t i = t.ci[e], j = t.cj[e], k = t.ck[e];
+      if constexpr (kMode == tp::kY) {
+        if (lane_rows) {  // every lane: its channels' share, into its own row
+          T dot = T(0);
+          for (int64_t u = lane; u < q.mul; u += kTpThreads) {
+            dot += w[q.w + u] * x[q.x + u * q.dx + i] * o[q.out + u * q.dout + k];
+          }
+          acc[q.y + j] += t.cv[e] * dot;
+          continue;
+        }
+        if ((q.y + j) % kTpThreads != lane) continue;
+        T dot = T(0);
+        for (int64_t u = 0; u < q.mul; ++u) {
+          dot += w[q.w + u] * x[q.x + u * q.dx + i] * o[q.out + u * q.dout + k];
+        }
+        acc[q.y + j] += t.cv[e] * dot;
+      } else {
+        const T s = t.cv[e] * y[q.y + j];
+        for (int64_t u = lane; u < q.mul; u += kTpThreads) {
+          if constexpr (kMode == tp::kOut) {
+            acc[q.out + u * q.dout + k] += s * w[q.w + u] * x[q.x + u * q.dx + i];
+          } else if constexpr (kMode == tp::kX) {
+            acc[q.x + u * q.dx + i] += s * w[q.w + u] * o[q.out + u * q.dout + k];
+          } else {  // kW
+            acc[q.w + u] += s * x[q.x + u * q.dx + i] * o[q.out + u * q.dout + k];
+          }
+        }
+      }
+    }
+  }
+}
+
+// A convolution's node row adds its edges in kTpGroups interleaved groups (edge q of the node's
+// sorted list goes to group q mod kTpGroups), each into its own accumulator row in shared memory;
+// the groups' rows are then added in group order. Still one owner per element and a fixed order
+// (deterministic), with kTpGroups times the threads: a layer's ~1000 nodes alone gave an H100
+// 0.3 waves. Rows with one edge or none (plain products, the y and w cotangents) use one group.
+// The y cotangent (few components, each a sum over channels) gives every lane its own row instead
+// (stride width + 1 against bank conflicts), summed over the lanes in lane order at the end.
+constexpr int kTpGroups = 8;
+// Dynamic shared memory per block, below the 48 KB a launch gets without an opt-in, leaving room
+// for the 1 KB of shared memory cuobjdump reports for the kernel itself (sm_90).
+constexpr int64_t kTpSharedLimit = 40 * 1024;
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(kTpThreads * kTpGroups)
+    TpKernel(const __grid_constant__ TpTables<T> t, const __grid_constant__ TpOperands<T> ops,
+             const __grid_constant__ TpGraph g, int use_shared) {
+  extern __shared__ __align__(16) unsigned char tp_shared[];
+  const int lane = threadIdx.x % kTpThreads;
+  const int group = threadIdx.x / kTpThreads;
+  const int groups = blockDim.x / kTpThreads;
+  const int64_t* d = ops.dims;
+  const int64_t width = d[kMode];
+  const bool lane_rows = kMode == tp::kY && use_shared;
+  const int64_t stride = width + 1;
+  // An edge naming a node out of range makes the whole result NaN (the CPU raises instead).
+  const bool bad = g.senders != nullptr &&
+                   (g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
+                    g.send_ranges[0] != 0 || g.send_ranges[g.n_senders] != g.n_edges);
+  for (int64_t r = blockIdx.x; r < ops.rows; r += gridDim.x) {
+    T* out = ops.result + r * width;
+    if (bad) {
+      for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[c] = T(NAN);
+      continue;
+    }
+    // This group's (or lane's) accumulator: its row of shared memory, or the result row itself.
+    T* acc = !use_shared ? out
+             : lane_rows ? reinterpret_cast<T*>(tp_shared) + lane * stride
+                         : reinterpret_cast<T*>(tp_shared) + group * width;
+    if (lane_rows) {
+      for (int64_t c = 0; c < width; ++c) acc[c] = T(0);
+    } else {
+      for (int64_t c = lane; c < width; c += kTpThreads) acc[c] = T(0);
+    }
+    __syncthreads();  // zeroed by one thread, accumulated by another
+    auto add = [&](int64_t xr, int64_t er, int64_t orow) {
+      const T* no = nullptr;
+      TpAddRow<T, kMode>(t, ops.slot[tp::kX] ? ops.slot[tp::kX] + xr * d[tp::kX] : no,
+                         ops.slot[tp::kY] ? ops.slot[tp::kY] + er * d[tp::kY] : no,
+                         ops.slot[tp::kW] ? ops.slot[tp::kW] + er * d[tp::kW] : no,
+                         ops.slot[tp::kOut] ? ops.slot[tp::kOut] + orow * d[tp::kOut] : no, acc,
+                         lane, lane_rows);
+    };
+    if (g.senders == nullptr) {
+      if (group == 0) add(r, r, r);
+    } else if (kMode == tp::kY || kMode == tp::kW) {  // one edge per result row
+      if (group == 0) add(g.senders[r], r, g.receivers[r]);
+    } else {  // a node: its edges in sorted order, interleaved over the groups
+      for (int32_t q = g.ranges[r] + group; q < g.ranges[r + 1]; q += groups) {
+        const int32_t k = g.order[q];
+        add(g.senders[k], k, g.receivers[k]);
+      }
+    }
+    __syncthreads();  // every group done
+    if (use_shared) {
+      const T* rows = reinterpret_cast<const T*>(tp_shared);
+      const int n_rows = lane_rows ? kTpThreads : groups;
+      const int64_t row_stride = lane_rows ? stride : width;
+      for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+        T sum = rows[c];
+        for (int q = 1; q < n_rows; ++q) sum += rows[q * row_stride + c];
+        out[c] = sum;
+      }
+      __syncthreads();  // before the next row reuses the accumulators
+    }
+  }
+}
+
+// --- The per-path kernel (used whenever TpFast::ok) ---------------------------------------------
+//
+// One warp per row task (an edge, a plain product's row, or a share of a node's edges), its lanes
+// over the channels u. Per edge, the warp first builds M = sum_j c y[j] (a dense dx x dout matrix
+// per path, in the warp's shared memory; every lane owns some of its elements), then each lane
+// runs every path for its channels with the path's sizes fixed at compile time (a switch over
+// 2l+1 in {1, 3, 5, 7}): the channel's x (or out cotangent) values in registers, M read as a
+// broadcast, the products summed in registers and added once per (path, channel, component) to
+// the warp's accumulator row in shared memory. The y cotangent sums over channels: each lane
+// keeps its channels' share of N = sum_u w x (outer) o per path in registers, and the warp adds
+// the lanes by shuffles in a fixed pattern. Node rows split their edges over the block's warps,
+// whose rows are added in warp order. Deterministic: every sum has one owner and a fixed order.
+constexpr int kTpWarp = 32;
+constexpr int kTpFastWarps = 8;
+// Shared memory per block of this kernel: under the 48 KB a launch gets without an opt-in.
+constexpr int64_t kTpFastSharedLimit = 46 * 1024;
+
+template <typename T>
+__device__ __forceinline__ T TpWarpSum(T v) {
+#pragma unroll
+  for (int s = kTpWarp / 2; s > 0; s /= 2) v += __shfl_xor_sync(0xffffffffu, v, s);
+  return v;
+}
+
+// One path for this lane's channels. M: the path's (dx, dout) block (kY: N's block, written
+// here). acc: the warp's accumulator row (the result's layout).
+template <typename T, int kMode, int DX, int DO>
+__device__ __forceinline__ void TpFastPathRow(const TpFastPath& q, T* __restrict__ M,
+                                              const T* __restrict__ x, const T* __restrict__ w,
+                                              const T* __restrict__ o, T* __restrict__ acc,
+                                              int lane) {
+  if constexpr (kMode == tp::kY) {
+    T n[DX * DO];
+#pragma unroll
+    for (int t = 0; t < DX * DO; ++t) n[t] = T(0);
+    for (int u = lane; u < q.mul; u += kTpWarp) {
+      T xv[DX], ov[DO];
+#pragma unroll
+      for (int i = 0; i < DX; ++i) xv[i] = x[q.x + u * DX + i];
+#pragma unroll
+      for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
+      const T wu = w[q.w + u];
+#pragma unroll
+      for (int i = 0; i < DX; ++i) {
+        const T a = wu * xv[i];
+#pragma unroll
+        for (int k = 0; k < DO; ++k) n[i * DO + k] += a * ov[k];
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < DX * DO; ++t) {
+      const T s = TpWarpSum(n[t]);
+      if (lane == t % kTpWarp) M[t] = s;
+    }
+  } else {
+    for (int u = lane; u < q.mul; u += kTpWarp) {
+      const T wu = w == nullptr ? T(0) : w[q.w + u];
+      if constexpr (kMode == tp::kOut) {
+        T xv[DX];
+#pragma unroll
+        for (int i = 0; i < DX; ++i) xv[i] = x[q.x + u * DX + i];
+        T* a = acc + q.out + u * DO;
+#pragma unroll
+        for (int k = 0; k < DO; ++k) {
+          T s = T(0);
+#pragma unroll
+          for (int i = 0; i < DX; ++i) s += xv[i] * M[i * DO + k];
+          a[k] += wu * s;
+        }
+      } else if constexpr (kMode == tp::kX) {
+        T ov[DO];
+#pragma unroll
+        for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
+        T* a = acc + q.x + u * DX;
+#pragma unroll
+        for (int i = 0; i < DX; ++i) {
+          T s = T(0);
+#pragma unroll
+          for (int k = 0; k < DO; ++k) s += M[i * DO + k] * ov[k];
+          a[i] += wu * s;
+        }
+      } else {  // kW
+        T ov[DO];
+#pragma unroll
+        for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
+        T s = T(0);
+#pragma unroll
+        for (int i = 0; i < DX; ++i) {
+          T t = T(0);
+#pragma unroll
+          for (int k = 0; k < DO; ++k) t += M[i * DO + k] * ov[k];
+          s += x[q.x + u * DX + i] * t;
+        }
+        acc[q.w + u] += s;
+      }
+    }
+  }
+}
+
+template <typename T, int kMode, int DX>
+__device__ __forceinline__ void TpFastPathDout(const TpFastPath& q, T* M, const T* x,
+                                               const T* w, const T* o, T* acc, int lane) {
+  switch (q.dout) {
+    case 1: TpFastPathRow<T, kMode, DX, 1>(q, M, x, w, o, acc, lane); break;
+    case 3: TpFastPathRow<T, kMode, DX, 3>(q, M, x, w, o, acc, lane); break;
+    case 5: TpFastPathRow<T, kMode, DX, 5>(q, M, x, w, o, acc, lane); break;
+    default: TpFastPathRow<T, kMode, DX, 7>(q, M, x, w, o, acc, lane); break;
+  }
+}
+
+// One edge (or plain row): x, y, w, o its rows (the result's slot null); acc the warp's
+// accumulator row; M the warp's M (or N) buffer. (Copying the rows into shared memory first,
+// with coalesced loads, was measured no faster on an H200: it costs occupancy.)
+template <typename T, int kMode>
+__device__ void TpFastEdge(const TpFast<T>& f, const T* __restrict__ x, const T* __restrict__ y,
+                           const T* __restrict__ w, const T* __restrict__ o, T* __restrict__ acc,
+                           T* __restrict__ M, int lane) {
+  if constexpr (kMode != tp::kY) {
+    for (int pos = lane; pos < f.m_size; pos += kTpWarp) {
+      T s = T(0);
+      for (int e = f.m_begin[pos]; e < f.m_begin[pos + 1]; ++e) s += f.m_v[e] * y[f.m_j[e]];
+      M[pos] = s;
+    }
+    __syncwarp();
+  }
+  for (int p = 0; p < f.n_paths; ++p) {
+    const TpFastPath q = f.paths[p];
+    T* m = M + q.moff;
+    switch (q.dx) {
+      case 1: TpFastPathDout<T, kMode, 1>(q, m, x, w, o, acc, lane); break;
+      case 3: TpFastPathDout<T, kMode, 3>(q, m, x, w, o, acc, lane); break;
+      case 5: TpFastPathDout<T, kMode, 5>(q, m, x, w, o, acc, lane); break;
+      default: TpFastPathDout<T, kMode, 7>(q, m, x, w, o, acc, lane); break;
+    }
+  }
+  if constexpr (kMode == tp::kY) {
+    __syncwarp();  // N complete
+    for (int jg = lane; jg < f.ny; jg += kTpWarp) {
+      T s = T(0);
+      for (int e = f.y_begin[jg]; e < f.y_begin[jg + 1]; ++e) s += f.y_v[e] * M[f.y_pos[e]];
+      acc[jg] += s;
+    }
+  }
+  __syncwarp();  // before the next edge rewrites M
+}
+
+// Shared memory per warp, in elements: M (or N), then the accumulator row; even, so that rows
+// stay 8-byte aligned.
+__host__ __device__ inline int64_t TpFastPerWarp(int32_t m_size, int64_t width) {
+  return (static_cast<int64_t>(m_size) + width + 1) / 2 * 2;
+}
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(kTpWarp * kTpFastWarps)
+    TpFastKernel(const __grid_constant__ TpFast<T> f, const __grid_constant__ TpOperands<T> ops,
+                 const __grid_constant__ TpGraph g, int64_t per_warp) {
+  extern __shared__ __align__(16) unsigned char tp_shared[];
+  const int lane = threadIdx.x % kTpWarp;
+  const int warp = threadIdx.x / kTpWarp;
+  const int warps = blockDim.x / kTpWarp;
+  const int64_t* d = ops.dims;
+  const int64_t width = d[kMode];
+  T* const base = reinterpret_cast<T*>(tp_shared);
+  T* const M = base + warp * per_warp;
+  T* const acc = M + f.m_size;
+  auto row = [&](int s, int64_t r) -> const T* {
+    return ops.slot[s] == nullptr ? nullptr : ops.slot[s] + r * d[s];
+  };
+  // An edge naming a node out of range makes the whole result NaN (the CPU raises instead).
+  const bool bad = g.senders != nullptr &&
+                   (g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
+                    g.send_ranges[0] != 0 || g.send_ranges[g.n_senders] != g.n_edges);
+  if (g.senders != nullptr && (kMode == tp::kOut || kMode == tp::kX)) {  // node rows
+    for (int64_t r = blockIdx.x; r < ops.rows; r += gridDim.x) {
+      T* out = ops.result + r * width;
+      if (bad) {
+        for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[c] = T(NAN);
+        continue;
+      }
+      for (int64_t c = lane; c < width; c += kTpWarp) acc[c] = T(0);
+      __syncwarp();
+      for (int32_t q = g.ranges[r] + warp; q < g.ranges[r + 1]; q += warps) {
+        const int32_t k = g.order[q];
+        TpFastEdge<T, kMode>(f, row(tp::kX, g.senders[k]), row(tp::kY, k), row(tp::kW, k),
+                             row(tp::kOut, g.receivers[k]), acc, M, lane);
+      }
+      __syncthreads();  // every warp's row complete
+      for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+        T sum = base[f.m_size + c];
+        for (int v = 1; v < warps; ++v) sum += base[v * per_warp + f.m_size + c];
+        out[c] = sum;
+      }
+      __syncthreads();  // before the next node reuses the rows
+    }
+    return;
+  }
+  // One task per warp: a plain product's row, or one edge (the y and w cotangents).
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * warps + warp; r < ops.rows;
+       r += static_cast<int64_t>(gridDim.x) * warps) {
+    T* out = ops.result + r * width;
+    if (bad) {
+      for (int64_t c = lane; c < width; c += kTpWarp) out[c] = T(NAN);
+      continue;
+    }
+    int64_t xr = r, orow = r;
+    if (g.senders != nullptr) {
+      xr = g.senders[r];
+      orow = g.receivers[r];
+    }
+    for (int64_t c = lane; c < width; c += kTpWarp) acc[c] = T(0);
+    __syncwarp();
+    TpFastEdge<T, kMode>(f, row(tp::kX, xr), row(tp::kY, r), row(tp::kW, r), row(tp::kOut, orow),
+                         acc, M, lane);
+    for (int64_t c = lane; c < width; c += kTpWarp) out[c] = acc[c];
+    __syncwarp();  // before the next task zeroes the row
+  }
+}
+
+// JAXEXT_TP_CUDA_KERNEL=generic runs the generic kernel (TpKernel, otherwise only the fallback
+// for l > 3) instead of the per-path one: for A/B comparisons, in a separate process.
+bool TpFastWanted() {
+  static const bool wanted = [] {
+    const char* v = getenv("JAXEXT_TP_CUDA_KERNEL");
+    return v == nullptr || strcmp(v, "generic") != 0;
+  }();
+  return wanted;
+}
+
+// Launches the per-path kernel if it applies (else returns false): its tables usable, one
+// warp's shared memory within the limit, not switched off.
+template <typename T>
+bool LaunchTpFast(cudaStream_t stream, int mode, const TpFast<T>& f, const TpOperands<T>& ops,
+                  const TpGraph& g) {
+  if (!f.ok || !TpFastWanted()) return false;
+  const int64_t per_warp = TpFastPerWarp(f.m_size, ops.dims[mode]);
+  const int64_t warp_bytes = per_warp * static_cast<int64_t>(sizeof(T));
+  if (warp_bytes <= 0) return false;  // nothing to hold (LaunchTp returns before: empty rows)
+  const int64_t fit = kTpFastSharedLimit / warp_bytes;
+  if (fit < 1) return false;
+  const int warps = static_cast<int>((fit < kTpFastWarps ? fit : kTpFastWarps));
+  const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);
+  const int64_t blocks_wanted = node_rows ? ops.rows : (ops.rows + warps - 1) / warps;
+  const unsigned blocks = static_cast<unsigned>((blocks_wanted < (int64_t{1} << 20) ? blocks_wanted : (int64_t{1} << 20)));
+  const unsigned threads = static_cast<unsigned>(kTpWarp * warps);
+  const size_t shared = static_cast<size_t>(warps * warp_bytes);
+  switch (mode) {
+    case tp::kOut:
+      TpFastKernel<T, tp::kOut><<<blocks, threads, shared, stream>>>(f, ops, g, per_warp);
+      break;
+    case tp::kX:
+      TpFastKernel<T, tp::kX><<<blocks, threads, shared, stream>>>(f, ops, g, per_warp);
+      break;
+    case tp::kY:
+      TpFastKernel<T, tp::kY><<<blocks, threads, shared, stream>>>(f, ops, g, per_warp);
+      break;
+    default:
+      TpFastKernel<T, tp::kW><<<blocks, threads, shared, stream>>>(f, ops, g, per_warp);
+      break;
+  }
+  return true;
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
+                     const TpOperands<T>& ops, const TpGraph& g) {
+  if (ops.rows == 0 || ops.dims[mode] == 0) return cudaSuccess;  // no elements
+  if (LaunchTpFast<T>(stream, mode, t.fast, ops, g)) return cudaGetLastError();
+  const int64_t capped = ops.rows < (int64_t{1} << 20) ? ops.rows : (int64_t{1} << 20);
+  const unsigned blocks = static_cast<unsigned>(capped);
+  const int64_t row_bytes = ops.dims[mode] * static_cast<int64_t>(sizeof(T));
+  const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);
+  int groups = node_rows ? kTpGroups : 1;
+  while (groups > 1 && groups * row_bytes > kTpSharedLimit) --groups;
+  // Accumulator rows: one per group, or (y cotangent) one per lane, padded by one element.
+  const int64_t shared_bytes = mode == tp::kY
+      ? kTpThreads * (ops.dims[mode] + 1) * static_cast<int64_t>(sizeof(T))
+      : groups * row_bytes;
+  const bool use_shared = shared_bytes <= kTpSharedLimit;
+  const unsigned threads = static_cast<unsigned>(kTpThreads * groups);
+  const size_t shared = use_shared ? static_cast<size_t>(shared_bytes) : 0;
+  const int flag = use_shared ? 1 : 0;
+  switch (mode) {
+    case tp::kOut:
+      TpKernel<T, tp::kOut><<<blocks, threads, shared, stream>>>(t, ops, g, flag);
+      break;
+    case tp::kX:
+      TpKernel<T, tp::kX><<<blocks, threads, shared, stream>>>(t, ops, g, flag);
+      break;
+    case tp::kY:
+      TpKernel<T, tp::kY><<<blocks, threads, shared, stream>>>(t, ops, g, flag);
+      break;
+    default:
+      TpKernel<T, tp::kW><<<blocks, threads, shared, stream>>>(t, ops, g, flag);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+template cudaError_t LaunchTp<float>(cudaStream_t, int, const TpTables<float>&,
+                                     const TpOperands<float>&, const TpGraph&);
+template cudaError_t LaunchTp<double>(cudaStream_t, int, const TpTables<double>&,
+                                      const TpOperands<double>&, const TpGraph&);
+
+}  // namespace cuda
+}  // namespace jaxext
