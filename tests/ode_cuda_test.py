@@ -81,10 +81,10 @@ crosses_zero_g = ode.event(lambda t, y, p: y[0], terminal=True, direction=-1,
                            gradient=_crossing_gradient, name="crossing")
 
 
-def _export(fn, *args):
+def _export(fn, *args, platforms=("cuda",)):
   specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
   exported = jax.export.export(
-      jax.jit(fn), platforms=("cuda",),
+      jax.jit(fn), platforms=platforms,
       disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(target)
                        for target in ("jaxext_dop853", "jaxext_numba_cuda_call")])(*specs)
   return exported.mlir_module()
@@ -298,13 +298,18 @@ def test_dense_output_lowers_for_cuda(tmp_path):
   (a gradient through Solution.evaluate); the user's functions still link. The values against
   the CPU's are tools/gpu_checks.py's (ode_jnp, ode_user, ode)."""
   y0 = np.array([[2.0, 0.0], [1.0, 0.5], [0.5, 0.1]])
-  text = _export(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0], dense=7).dense_f, y0)
+  dense_f = lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0], dense=7).dense_f
+  text = _export(dense_f, y0)
   assert _int_attr(text, "dense_steps") == 7
   assert (3, 8) in _result_shapes(text) and (3, 7, 8, 2) in _result_shapes(text)
   # Kept steps trajectory-minor on CUDA (the kernels' threads write neighbouring addresses):
-  # minor-to-major (0, 1) and (0, 3, 2, 1); the other results row-major.
-  layouts = re.search(r"result_layouts = \[(.*?)\]\s*[,}]", text).group(1)
-  assert layouts.count("dense<[0, 1]>") == 1 and layouts.count("dense<[0, 3, 2, 1]>") == 1, layouts
+  # minor-to-major (0, 1) and (0, 3, 2, 1); the other results row-major. The CPU's are row-major.
+  layouts = lambda t: re.search(r"result_layouts = \[(.*?)\]\s*[,}]", t).group(1)
+  cuda = layouts(text)
+  assert cuda.count("dense<[0, 1]>") == 1 and cuda.count("dense<[0, 3, 2, 1]>") == 1, cuda
+  cpu = layouts(_export(dense_f, y0, platforms=("cpu",)))
+  assert "dense<[0, 1]>" not in cpu and "dense<[0, 3, 2, 1]>" not in cpu, cpu
+  assert cpu.count("dense<[3, 2, 1, 0]>") == 2, cpu  # y_events and dense_f, row-major
   ok, log, _ = _link(_attr(text, "device_code"), "float64", tmp_path)
   assert ok, log
   grad = _export(jax.grad(lambda y: ode.dop853(van_der_pol, y, (0.0, 1.0), [1.0], dense=5)

@@ -1,4 +1,4 @@
-// The tables of the CUDA tensor product's per-path kernel (jaxext/cuda/tp_cuda_common.h),
+// The tables of the CUDA tensor product's per-path kernel (jaxext/cuda/tp_kernels.cu),
 // built on the host from a product's paths and sparse Clebsch-Gordan entries (jaxext/kernels/
 // tp.h). Plain C++ (no CUDA): tested on any machine by tests/tp_path_tables_test.cc.
 //
@@ -17,15 +17,10 @@
 #include <limits>
 #include <vector>
 
+#include "jaxext/common/tp_fast_path.h"
 #include "jaxext/kernels/tp.h"
 
 namespace jaxext {
-
-// One path for the per-path kernel, offsets in int32: blocks of x, y, w, out in their rows;
-// multiplicity; 2l+1 of x and out; the offset of its (dx, dout) block of M.
-struct TpFastPath {
-  int32_t x, y, w, out, mul, dx, dout, moff;
-};
 
 struct TpPathTables {
   std::vector<TpFastPath> paths;

@@ -1,5 +1,5 @@
-// CUDA FFI handler of jaxext.equivariant.conv, all four modes (see tp_cuda_common.h for the
-// kernel): same operands, result and attributes as the CPU handler (jaxext/cpu/conv_cpu.h). The
+// CUDA FFI handler of jaxext.equivariant.conv, all four modes (see tp_kernels.h for the
+// kernels): same operands, result and attributes as the CPU handler (jaxext/cpu/conv_cpu.h). The
 // initialize stage copies the product's tables to the device. An edge whose sender or receiver is
 // out of range makes the whole result NaN instead of the CPU's error (a GPU cannot raise).
 #ifndef JAXEXT_CUDA_CONV_CUDA_H_

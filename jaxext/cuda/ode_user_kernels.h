@@ -1,4 +1,4 @@
-// jaxext.ode.dop853 on CUDA with user right-hand sides: what the handler (ode_cuda.cu) and the
+// jaxext.ode.dop853 on CUDA with user right-hand sides: what the handler (ode_cuda.cc) and the
 // device code linked with the user's functions at run time (ode_user_kernels.cu) agree on.
 //
 // The user's Python functions are compiled by numba-cuda (jaxext/ode/_native_cuda.py) into one

@@ -1,6 +1,7 @@
 #include "jaxext/cuda/sph_cuda.h"
 
 #include <cstdint>
+#include <string>
 
 #include <cuda_runtime_api.h>
 
@@ -57,9 +58,14 @@ ffi::Error SegmentSumTyped(cudaStream_t stream, ffi::AnyBuffer data, ffi::AnyBuf
   if (static_cast<int64_t>(data.element_count()) != e * f && segments > 0) {
     return ffi::Error::InvalidArgument("jaxext segment_sum: bad shapes");
   }
+  int32_t* flag_p = flag->typed_data<int32_t>();
+  if (cudaError_t err = cudaMemsetAsync(flag_p, 0, sizeof(int32_t), stream); err != cudaSuccess) {
+    return ffi::Error::Internal(std::string("jaxext segment_sum: cudaMemsetAsync failed: ") +
+                                cudaGetErrorString(err));
+  }
   return LaunchStatus("jaxext segment_sum",
                       LaunchSegmentSum<T>(stream, data.typed_data<T>(), ids.typed_data<int32_t>(),
-                                          e, segments, f, flag->typed_data<int32_t>(),
+                                          e, segments, f, flag_p,
                                           out->typed_data<T>()));
 }
 

@@ -90,9 +90,6 @@ cudaError_t LaunchSphericalHarmonics(cudaStream_t stream, const T* v, T* y, int6
 template <typename T>
 cudaError_t LaunchSegmentSum(cudaStream_t stream, const T* x, const int32_t* ids, int64_t e,
                              int64_t segments, int64_t f, int32_t* flag, T* y) {
-  if (cudaError_t err = cudaMemsetAsync(flag, 0, sizeof(int32_t), stream); err != cudaSuccess) {
-    return err;
-  }
   if (e > 1) CheckSortedKernel<<<Blocks(e), kBlock, 0, stream>>>(ids, e, flag);
   if (segments * f > 0) {
     SegmentSumKernel<T><<<Blocks(segments * f), kBlock, 0, stream>>>(x, ids, e, segments, f, flag,

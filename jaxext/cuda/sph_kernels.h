@@ -18,7 +18,8 @@ cudaError_t LaunchSphericalHarmonics(cudaStream_t stream, const T* v, T* y, int6
                                      const double* norms);
 
 // y (segments x f) = the sums of the rows of x (e x f) by their ids (sorted ascending, int32);
-// *flag (device memory) is zeroed, then set to 1 and y filled with NaN if the ids are unsorted.
+// *flag (device memory, zeroed by the caller on `stream`) is set to 1 and y filled with NaN if the
+// ids are unsorted.
 template <typename T>
 cudaError_t LaunchSegmentSum(cudaStream_t stream, const T* x, const int32_t* ids, int64_t e,
                              int64_t segments, int64_t f, int32_t* flag, T* y);

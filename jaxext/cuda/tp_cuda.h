@@ -1,5 +1,5 @@
-// CUDA FFI handler of jaxext.equivariant.tensor_product, all four modes (see tp_cuda_common.h for
-// the kernel): same operands, result and attributes as the CPU handler (jaxext/cpu/tp_cpu.h). The
+// CUDA FFI handler of jaxext.equivariant.tensor_product, all four modes (see tp_kernels.h for
+// the kernels): same operands, result and attributes as the CPU handler (jaxext/cpu/tp_cpu.h). The
 // initialize stage copies the product's tables to the device.
 #ifndef JAXEXT_CUDA_TP_CUDA_H_
 #define JAXEXT_CUDA_TP_CUDA_H_

@@ -21,7 +21,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "jaxext/common/tp_path_tables.h"
+#include "jaxext/common/tp_fast_path.h"
 #include "jaxext/kernels/tp.h"
 
 namespace jaxext {

@@ -6,7 +6,7 @@
 `x[senders]` is an XLA gather, deterministic; its transpose (every reverse-mode derivative of a
 model that gathers node rows by edge) is XLA's scatter-add, which on a GPU adds colliding rows in
 an order that changes from run to run. `gather_p`'s transpose is instead `segment_sum_p`, which
-adds each row's contributions in edge order (jaxext/cpu/sph_cpu.cc, jaxext/cuda/sph_cuda.cu), and
+adds each row's contributions in edge order (jaxext/cpu/sph_cpu.cc, jaxext/cuda/sph_kernels.cu), and
 segment_sum's transpose is `gather_p`: derivatives of every order stay bitwise reproducible
 without `XLA_FLAGS=--xla_gpu_deterministic_ops=true`. The forward is XLA's own gather on every
 platform.

@@ -16,7 +16,7 @@
 //     located by Brent's method on the dense output to 4 eps, terminal after a given count;
 //   * t_eval points inside each step evaluated on its dense output; right-hand side evaluations
 //     counted as scipy's nfev counts them (the dense output's 3 stages only when a step needs it);
-//   * on request (Outputs::dense_steps, CPU only), every accepted step's interpolant kept, as
+//   * on request (Outputs::dense_steps), every accepted step's interpolant kept, as
 //     scipy's dense_output=True keeps them (its 3 stages then computed at every step).
 //
 // The state is integrated in T (float or double); the coefficients are scipy's doubles rounded to T.
