@@ -793,7 +793,8 @@ def ode_jnp_checks(check, gpu, cpu, best, report, rng, small=False, peers=False,
   check("ode jnp gpu: complex Schrodinger states within 1e-9 of cpu", err < 1e-9, f"max {err:.3g}")
   dense_checks(check, "ode jnp gpu: Lorenz", lambda y, s, te: ode.dop853(
       lorenz, y, (0.0, 2.0), args=(s, 28.0, 8 / 3), args_axes=(0, None, None), t_eval=te,
-      rtol=1e-10, atol=1e-10, dense=400), (y0[:256], sigma[:256]), gpu, cpu, np.linspace(0.0, 2.0, 41), 1e-7)
+      rtol=1e-10, atol=1e-10, dense=400), (y0[:256], sigma[:256]), gpu, cpu,
+      np.linspace(0.0, 2.0, 41), 1e-7)
   if gpu.platform != "cpu":  # what keeping the interpolants costs (and that it fits) at 1e5
     yb = rng.normal(size=(100_000, 3)) + np.array([1.0, 1.0, 20.0])
     (yd,) = on(gpu, yb)

@@ -6,19 +6,12 @@
 #include <cstdint>
 #include <string>
 
+#include "jaxext/common/transit_shape.h"
 #include "jaxext/kernels/limbdark.h"
 #include "jaxext/kernels/transit.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jaxext {
-
-struct TransitShape {
-  int64_t points;     // P
-  int64_t groups;     // G: light curves (rows of q and u)
-  int order;          // n: columns of u
-  int oversample;     // K
-  int64_t per_group;  // P / G
-};
 
 // t holds P elements, q is [G, 10], u is [G, n] (n <= kMaxOrder), G divides P; flux has P
 // elements and, for the gradient target (grad_counts = element counts of dflux/dq, dflux/du),

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "jaxext/cuda/grid.h"
 #include "jaxext/kernels/kepler.h"
 
 namespace jaxext {
@@ -27,9 +28,8 @@ template <typename T>
 cudaError_t LaunchKepler(cudaStream_t stream, const T* mean_anomaly, const T* eccentricity,
                          T* sin_e, T* cos_e, int64_t n) {
   if (n == 0) return cudaSuccess;
-  const int64_t wanted = (n + kBlock - 1) / kBlock, cap = int64_t{1} << 20;
-  KeplerKernel<<<static_cast<unsigned>(wanted < cap ? wanted : cap), kBlock, 0, stream>>>(
-      mean_anomaly, eccentricity, sin_e, cos_e, n);
+  KeplerKernel<<<GridBlocks(n, kBlock), kBlock, 0, stream>>>(mean_anomaly, eccentricity, sin_e,
+                                                             cos_e, n);
   return cudaGetLastError();
 }
 

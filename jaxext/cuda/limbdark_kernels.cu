@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "jaxext/cuda/grid.h"
 #include "jaxext/kernels/limbdark.h"
 
 namespace jaxext {
@@ -45,11 +46,6 @@ __global__ void LimbdarkHessKernel(const T* __restrict__ b, const T* __restrict_
 
 constexpr int kBlock = 128;
 
-unsigned Blocks(int64_t points) {
-  const int64_t wanted = (points + kBlock - 1) / kBlock, cap = int64_t{1} << 20;
-  return static_cast<unsigned>(wanted < cap ? wanted : cap);
-}
-
 }  // namespace
 
 template <typename T>
@@ -58,10 +54,10 @@ cudaError_t LaunchLimbdark(cudaStream_t stream, bool grad, const T* b, const T* 
                            int64_t points, T* flux, T* dfdb, T* dfdr, T* dfdu) {
   if (points == 0) return cudaSuccess;
   if (grad) {
-    LimbdarkKernel<true, T><<<Blocks(points), kBlock, 0, stream>>>(
+    LimbdarkKernel<true, T><<<GridBlocks(points, kBlock), kBlock, 0, stream>>>(
         b, r, r_stride, u, order, per_group, points, flux, dfdb, dfdr, dfdu);
   } else {
-    LimbdarkKernel<false, T><<<Blocks(points), kBlock, 0, stream>>>(
+    LimbdarkKernel<false, T><<<GridBlocks(points, kBlock), kBlock, 0, stream>>>(
         b, r, r_stride, u, order, per_group, points, flux, dfdb, dfdr, dfdu);
   }
   return cudaGetLastError();
@@ -73,7 +69,7 @@ cudaError_t LaunchLimbdarkHessian(cudaStream_t stream, const T* b, const T* r, i
                                   T* flux, T* dfdb, T* dfdr, T* dfdu, T* hbb, T* hbr, T* hrr,
                                   T* hbu, T* hru) {
   if (points == 0) return cudaSuccess;
-  LimbdarkHessKernel<T><<<Blocks(points), kBlock, 0, stream>>>(
+  LimbdarkHessKernel<T><<<GridBlocks(points, kBlock), kBlock, 0, stream>>>(
       b, r, r_stride, u, order, per_group, points, flux, dfdb, dfdr, dfdu, hbb, hbr, hrr, hbu,
       hru);
   return cudaGetLastError();

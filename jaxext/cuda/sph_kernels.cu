@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "jaxext/cuda/grid.h"
 #include "jaxext/kernels/sph.h"
 
 namespace jaxext {
@@ -12,11 +13,6 @@ namespace cuda {
 namespace {
 
 constexpr int kBlock = 256;
-
-unsigned Blocks(int64_t n) {
-  const int64_t wanted = (n + kBlock - 1) / kBlock, cap = int64_t{1} << 20;
-  return static_cast<unsigned>(wanted < cap ? wanted : cap);
-}
 
 // The normalisations, by value (at most 169 doubles).
 struct Norms {
@@ -83,17 +79,17 @@ cudaError_t LaunchSphericalHarmonics(cudaStream_t stream, const T* v, T* y, int6
   if (m == 0) return cudaSuccess;
   Norms n{};
   for (int i = 0; i < sph::Size(lmax); ++i) n.v[i] = norms[i];
-  SphKernel<T><<<Blocks(m), kBlock, 0, stream>>>(v, y, m, lmax, n);
+  SphKernel<T><<<GridBlocks(m, kBlock), kBlock, 0, stream>>>(v, y, m, lmax, n);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t LaunchSegmentSum(cudaStream_t stream, const T* x, const int32_t* ids, int64_t e,
                              int64_t segments, int64_t f, int32_t* flag, T* y) {
-  if (e > 1) CheckSortedKernel<<<Blocks(e), kBlock, 0, stream>>>(ids, e, flag);
+  if (e > 1) CheckSortedKernel<<<GridBlocks(e, kBlock), kBlock, 0, stream>>>(ids, e, flag);
   if (segments * f > 0) {
-    SegmentSumKernel<T><<<Blocks(segments * f), kBlock, 0, stream>>>(x, ids, e, segments, f, flag,
-                                                                      y);
+    SegmentSumKernel<T><<<GridBlocks(segments * f, kBlock), kBlock, 0, stream>>>(
+        x, ids, e, segments, f, flag, y);
   }
   return cudaGetLastError();
 }

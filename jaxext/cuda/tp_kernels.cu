@@ -1,5 +1,6 @@
 #include "jaxext/cuda/tp_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "jaxext/common/tp_fast_path.h"
+#include "jaxext/cuda/grid.h"
 #include "jaxext/kernels/tp.h"
 
 namespace jaxext {
@@ -372,10 +374,10 @@ bool LaunchTpFast(cudaStream_t stream, int mode, const TpFast<T>& f, const TpOpe
   if (warp_bytes <= 0) return false;  // nothing to hold (LaunchTp returns before: empty rows)
   const int64_t fit = kTpFastSharedLimit / warp_bytes;
   if (fit < 1) return false;
-  const int warps = static_cast<int>((fit < kTpFastWarps ? fit : kTpFastWarps));
+  const int warps = static_cast<int>(std::min<int64_t>(kTpFastWarps, fit));
   const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);
   const int64_t blocks_wanted = node_rows ? ops.rows : (ops.rows + warps - 1) / warps;
-  const unsigned blocks = static_cast<unsigned>((blocks_wanted < (int64_t{1} << 20) ? blocks_wanted : (int64_t{1} << 20)));
+  const unsigned blocks = GridBlocks(blocks_wanted);
   const unsigned threads = static_cast<unsigned>(kTpWarp * warps);
   const size_t shared = static_cast<size_t>(warps * warp_bytes);
   switch (mode) {
@@ -402,8 +404,7 @@ cudaError_t LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
                      const TpOperands<T>& ops, const TpGraph& g) {
   if (ops.rows == 0 || ops.dims[mode] == 0) return cudaSuccess;  // no elements
   if (LaunchTpFast<T>(stream, mode, t.fast, ops, g)) return cudaGetLastError();
-  const int64_t capped = ops.rows < (int64_t{1} << 20) ? ops.rows : (int64_t{1} << 20);
-  const unsigned blocks = static_cast<unsigned>(capped);
+  const unsigned blocks = GridBlocks(ops.rows);
   const int64_t row_bytes = ops.dims[mode] * static_cast<int64_t>(sizeof(T));
   const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);
   int groups = node_rows ? kTpGroups : 1;

@@ -14,15 +14,11 @@ namespace jaxext {
 namespace cuda {
 namespace {
 
-TransitGeometry Geometry(const TransitShape& shape) {
-  return TransitGeometry{shape.points, shape.per_group, shape.order, shape.oversample};
-}
-
 template <int kMode, typename T>
 ffi::Error Launch(cudaStream_t stream, const TransitShape& shape, const T* t, const T* q,
                   const T* u, T* flux, T* dq, T* du, const T* tt = nullptr,
                   const T* tq = nullptr, const T* tu = nullptr) {
-  return LaunchStatus("jaxext transit", LaunchTransit<T>(stream, kMode, Geometry(shape), t, q, u,
+  return LaunchStatus("jaxext transit", LaunchTransit<T>(stream, kMode, shape, t, q, u,
                                                          flux, dq, du, tt, tq, tu));
 }
 
@@ -103,10 +99,10 @@ ffi::Error TransitVjpImpl(cudaStream_t stream, ffi::Buffer<dtype> t, ffi::Buffer
   }
   using T = ffi::NativeType<dtype>;
   return LaunchStatus("jaxext transit",
-                      LaunchTransitVjp<T>(stream, Geometry(shape), shape.groups, block, blocks,
-                                          t.typed_data(), q.typed_data(), u.typed_data(),
-                                          ct.typed_data(), ct_t->typed_data(),
-                                          ct_q->typed_data(), ct_u->typed_data()));
+                      LaunchTransitVjp<T>(stream, shape, block, blocks, t.typed_data(),
+                                          q.typed_data(), u.typed_data(), ct.typed_data(),
+                                          ct_t->typed_data(), ct_q->typed_data(),
+                                          ct_u->typed_data()));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "jaxext/cuda/grid.h"
 #include "jaxext/kernels/limbdark.h"
 #include "jaxext/kernels/transit.h"
 
@@ -133,12 +134,11 @@ constexpr int kBlock = 128;
 }  // namespace
 
 template <typename T>
-cudaError_t LaunchTransit(cudaStream_t stream, int mode, const TransitGeometry& g, const T* t,
+cudaError_t LaunchTransit(cudaStream_t stream, int mode, const TransitShape& g, const T* t,
                           const T* q, const T* u, T* flux, T* dq, T* du, const T* tt,
                           const T* tq, const T* tu) {
   if (g.points == 0) return cudaSuccess;
-  const int64_t wanted = (g.points + kBlock - 1) / kBlock, cap = int64_t{1} << 20;
-  const unsigned blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
+  const unsigned blocks = GridBlocks(g.points, kBlock);
   auto launch = [&](auto kernel) {
     kernel<<<blocks, kBlock, 0, stream>>>(t, q, u, g.order, g.oversample, g.per_group, g.points,
                                           flux, dq, du, tt, tq, tu);
@@ -154,10 +154,10 @@ cudaError_t LaunchTransit(cudaStream_t stream, int mode, const TransitGeometry& 
 }
 
 template <typename T>
-cudaError_t LaunchTransitVjp(cudaStream_t stream, const TransitGeometry& g, int64_t groups,
-                             int64_t block, int64_t blocks, const T* t, const T* q, const T* u,
+cudaError_t LaunchTransitVjp(cudaStream_t stream, const TransitShape& g, int64_t block,
+                             int64_t blocks, const T* t, const T* q, const T* u,
                              const T* ct, T* ct_t, T* sq, T* su) {
-  const int64_t units = groups * blocks;
+  const int64_t units = g.groups * blocks;
   if (units == 0) return cudaSuccess;
   TransitVjpKernel<T><<<static_cast<unsigned>(units), kVjpThreads, 0, stream>>>(
       t, q, u, ct, g.order, g.oversample, g.per_group, block, blocks, ct_t, sq, su);
@@ -165,11 +165,11 @@ cudaError_t LaunchTransitVjp(cudaStream_t stream, const TransitGeometry& g, int6
 }
 
 #define JAXEXT_INSTANTIATE(T)                                                                  \
-  template cudaError_t LaunchTransit<T>(cudaStream_t, int, const TransitGeometry&, const T*,  \
+  template cudaError_t LaunchTransit<T>(cudaStream_t, int, const TransitShape&, const T*,     \
                                         const T*, const T*, T*, T*, T*, const T*, const T*,   \
                                         const T*);                                            \
-  template cudaError_t LaunchTransitVjp<T>(cudaStream_t, const TransitGeometry&, int64_t,     \
-                                           int64_t, int64_t, const T*, const T*, const T*,    \
+  template cudaError_t LaunchTransitVjp<T>(cudaStream_t, const TransitShape&, int64_t,        \
+                                           int64_t, const T*, const T*, const T*,             \
                                            const T*, T*, T*, T*);
 JAXEXT_INSTANTIATE(float)
 JAXEXT_INSTANTIATE(double)
