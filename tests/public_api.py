@@ -6,8 +6,19 @@ import jaxext
 from jaxext import equivariant, ode
 from jaxext.equivariant import e3nn_ops
 
-MODULES = (jaxext, ode, ode.models, equivariant, e3nn_ops)
-CLASSES = (ode.Solution, ode.Rhs, ode.Event, ode.models.Model, ode.models.Atmosphere)
+try:  # optional: flax (no CPython 3.15 wheels of its tensorstore dependency)
+  from jaxext.equivariant import flax as equivariant_flax
+except ImportError:
+  equivariant_flax = None
+try:  # optional: jax-md (the same)
+  from jaxext.equivariant import jax_md as equivariant_jax_md
+except ImportError:
+  equivariant_jax_md = None
+
+MODULES = (jaxext, ode, ode.models, equivariant, e3nn_ops) + tuple(
+    m for m in (equivariant_flax, equivariant_jax_md) if m)
+CLASSES = (ode.Solution, ode.Rhs, ode.Event, ode.models.Model, ode.models.Atmosphere) + (
+    (equivariant_flax.MessagePassing,) if equivariant_flax else ())
 
 
 def exported():

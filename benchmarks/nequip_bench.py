@@ -1,0 +1,148 @@
+"""jax-md 0.2.29's NequIP potential as shipped (e3nn-jax) against the same model routed through
+jaxext (jaxext.equivariant.jax_md.nequip()), same parameters: energy, and energy + forces.
+
+    tools/bazel run //benchmarks:nequip -- [--atoms 3000] [--layers 5] [--rounds 3]
+        [--arms e3nn,jaxext] [--dtype float64]
+
+The system: `--atoms` atoms on a jittered cubic lattice in a periodic box at 0.07 atoms per cubic
+angstrom (~34 neighbours within jax-md's default 5 A cutoff), two species; jax-md's default
+configuration (128x0e+64x1e+4x2e features, harmonics to l = 2) with `--layers` interaction layers.
+Each arm runs in its own process (so that peak memory is its own), the order alternating per round:
+it compiles both jobs, reports XLA's temporary buffer sizes and its checksums, then times each job
+(best of 2 calls after a warm-up). The parent prints each arm's best and median over the rounds and
+the ratios e3nn / jaxext, and checks that energies agree (1e-10 relative) and forces (1e-10 of
+their largest). Timings: wall clock around a blocking call; the machine's load is printed.
+At 3000 atoms e3nn-jax's energy + forces needs ~19 GB of memory.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ARMS = ("e3nn", "jaxext")
+
+
+def child(args):
+  import jax
+  if args.dtype == "float64":
+    jax.config.update("jax_enable_x64", True)
+  import jax.numpy as jnp
+  import numpy as np
+  from jax_md import energy, space
+
+  from jaxext.equivariant import jax_md as jaxext_jax_md
+
+  dtype = jnp.dtype(args.dtype)
+  n = args.atoms
+  box = (n / 0.07) ** (1 / 3)
+  k = int(np.ceil(n ** (1 / 3)))
+  a = box / k
+  grid = np.stack(np.meshgrid(*[np.arange(k)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n]
+  rng = np.random.default_rng(0)
+  pos = jnp.asarray(((grid + 0.5) * a + rng.uniform(-0.15, 0.15, size=(n, 3)) * a) % box, dtype)
+  species = rng.integers(0, 2, n)
+  displacement, _ = space.periodic(box)
+  cfg = energy.nequip.default_config()
+  cfg.n_elements, cfg.shift, cfg.scale, cfg.graph_net_steps = 2, 0.0, 1.0, args.layers
+  neighbor_fn, init_fn, energy_fn = energy.nequip_neighbor_list(
+      displacement, box, cfg, atoms=jax.nn.one_hot(species, 2, dtype=dtype))
+  nbrs = neighbor_fn.allocate(pos)
+  params = init_fn(jax.random.PRNGKey(0), pos, nbrs)
+  params = jax.tree.map(lambda v: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v,
+                        params)
+  edges = int(np.sum(np.asarray(nbrs.idx[0]) < n))
+
+  jobs = {"energy": lambda p, r, nb: energy_fn(p, r, nb),
+          "energy+forces": jax.value_and_grad(lambda p, r, nb: energy_fn(p, r, nb), argnums=1)}
+  route = jaxext_jax_md.nequip() if args.child == "jaxext" else _null()
+  out = dict(arm=args.child, edges=edges, times={}, temp_gib={}, compile_s={})
+  with route:
+    for name, fn in jobs.items():
+      t = time.perf_counter()
+      exe = jax.jit(fn).lower(params, pos, nbrs).compile()
+      out["compile_s"][name] = time.perf_counter() - t
+      out["temp_gib"][name] = exe.memory_analysis().temp_size_in_bytes / 2 ** 30
+      res = jax.block_until_ready(exe(params, pos, nbrs))  # warm-up
+      best = float("inf")
+      for _ in range(2):
+        t = time.perf_counter()
+        jax.block_until_ready(exe(params, pos, nbrs))
+        best = min(best, time.perf_counter() - t)
+      out["times"][name] = best
+      if name == "energy+forces":
+        out["energy"] = float(res[0])
+        out["forces"] = np.asarray(res[1], np.float64).tolist()
+  import resource
+  out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+  print("RESULT " + json.dumps(out))
+
+
+class _null:
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    return False
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--atoms", type=int, default=3000)
+  p.add_argument("--layers", type=int, default=5)
+  p.add_argument("--rounds", type=int, default=3)
+  p.add_argument("--arms", default=",".join(ARMS))
+  p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+  p.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
+  args = p.parse_args()
+  if args.child:
+    return child(args)
+  import numpy as np
+  arms = args.arms.split(",")
+  print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
+        f"{args.atoms} atoms, {args.layers} layers, {args.dtype}, {args.rounds} rounds")
+  results = {arm: [] for arm in arms}
+  for r in range(args.rounds):
+    for arm in (arms if r % 2 == 0 else arms[::-1]):
+      cmd = [sys.executable, os.path.abspath(__file__), "--child", arm, "--atoms",
+             str(args.atoms), "--layers", str(args.layers), "--dtype", args.dtype]
+      run = subprocess.run(cmd, capture_output=True, text=True)
+      line = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
+      if run.returncode or not line:
+        sys.exit(f"{arm} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+      res = json.loads(line[0][len("RESULT "):])
+      results[arm].append(res)
+      print(f"round {r + 1}: {arm}: " + ", ".join(
+          f"{k} {v:.3f} s" for k, v in res["times"].items()) +
+          f"; peak RSS {res['peak_rss_gib']:.1f} GiB; load {os.getloadavg()[0]:.2f}")
+  first = results[arms[0]][0]
+  print(f"edges: {first['edges']} ({first['edges'] / args.atoms:.1f} per atom)")
+  print("| arm | job | best | median | XLA temp | compile |")
+  print("|---|---|---:|---:|---:|---:|")
+  best = {}
+  for arm in arms:
+    for job in first["times"]:
+      ts = [res["times"][job] for res in results[arm]]
+      best[arm, job] = min(ts)
+      r0 = results[arm][0]
+      print(f"| {arm} | {job} | {min(ts):.3f} s | {statistics.median(ts):.3f} s | "
+            f"{r0['temp_gib'][job]:.2f} GiB | {r0['compile_s'][job]:.1f} s |")
+  if len(arms) == 2:
+    a, b = arms
+    for job in first["times"]:
+      print(f"{job}: {a} / {b} = {best[a, job] / best[b, job]:.2f}")
+    ra, rb = results[a][0], results[b][0]
+    fa, fb = np.asarray(ra["forces"]), np.asarray(rb["forces"])
+    de = abs(ra["energy"] - rb["energy"]) / abs(ra["energy"])
+    df = float(np.max(np.abs(fa - fb)) / np.max(np.abs(fa)))
+    tol = 1e-10 if args.dtype == "float64" else 1e-4
+    print(f"agreement: energy {de:.1e} relative, forces {df:.1e} of the largest")
+    if de > tol or df > tol:
+      sys.exit("the arms disagree")
+
+
+if __name__ == "__main__":
+  main()
