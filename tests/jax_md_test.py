@@ -31,13 +31,17 @@ def _system(n, density=0.05, seed=0):
   return jnp.asarray(box), jnp.asarray(pos % box), rng.integers(0, 2, n)
 
 
-def _model(n, layers=2, seed=0):
+def _model(n, layers=2, seed=0, hidden=None, sh=None):
   box, pos, species = _system(n, seed=seed)
   displacement, _ = space.periodic(box)
   cfg = energy.nequip.default_config()  # 128x0e+64x1e+4x2e, harmonics 0e+1e+2e, cutoff 5
   cfg.n_elements = 2
   cfg.shift, cfg.scale = 0.0, 1.0  # default_config() has neither
   cfg.graph_net_steps = layers
+  if hidden:
+    cfg.hidden_irreps = hidden
+  if sh:
+    cfg.sh_irreps = sh
   atoms = jax.nn.one_hot(species, 2, dtype=jnp.float64)
   neighbor_fn, init_fn, energy_fn = energy.nequip_neighbor_list(displacement, box, cfg,
                                                                 atoms=atoms)
@@ -60,9 +64,14 @@ def _results(energy_fn, params, pos, nbrs):
   return e, -g, jax.jit(jax.grad(loss))(params)
 
 
-@pytest.mark.parametrize("n,layers", [(64, 2)])
-def test_same_parameters_same_energies_forces_and_training_gradients(n, layers):
-  pos, nbrs, init_fn, energy_fn = _model(n, layers)
+@pytest.mark.parametrize("n,layers,hidden,sh", [
+    (64, 2, None, None),  # jax-md's default configuration (128x0e+64x1e+4x2e; 0e+1e+2e)
+    # unsorted hidden irreps (the second layer's input is unsorted too: scalars, then the gated
+    # terms in this order) and odd harmonics: paths whose order differs from a regrouped input's
+    (64, 2, "16x0e+4x2e+8x1o+8x1e", "1x0e+1x1o+1x2e"),
+])
+def test_same_parameters_same_energies_forces_and_training_gradients(n, layers, hidden, sh):
+  pos, nbrs, init_fn, energy_fn = _model(n, layers, hidden=hidden, sh=sh)
   params = init_fn(jax.random.PRNGKey(0), pos, nbrs)
   # jax-md as shipped, first (a function traced inside the block would keep jaxext's kernels in
   # jit's cache), then routed: each traces its own function

@@ -80,7 +80,7 @@ def test_metadata_and_record():
                   'Requires-Dist: numba>=0.68.1; extra == "numba"', "Provides-Extra: numba-cuda",
                   'Requires-Dist: numba-cuda[cu13]>=0.30.4; extra == "numba-cuda"',
                   "Provides-Extra: examples", 'Requires-Dist: matplotlib>=3.8; extra == "examples"',
-                  "Provides-Extra: flax", 'Requires-Dist: flax>=0.10.4; extra == "flax"',
+                  "Provides-Extra: flax", 'Requires-Dist: flax>=0.12.8; extra == "flax"',
                   'Requires-Dist: e3nn-jax>=0.21.0; extra == "flax"']:
       assert field in meta, field
     floor = re.search(r"Requires-Dist: jaxlib>=([\d.]+)", meta).group(1)

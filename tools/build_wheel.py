@@ -148,7 +148,7 @@ def write_wheel(files, version, tag, major, minor, args, out_dir,
       'Requires-Dist: numba>=0.68.1; extra == "examples"',
       # jaxext.equivariant.flax: flax modules on the equivariant kernels, built with e3nn-jax's.
       "Provides-Extra: flax",
-      'Requires-Dist: flax>=0.10.4; extra == "flax"',
+      'Requires-Dist: flax>=0.12.8; extra == "flax"',  # the oldest tested (jax 0.10)
       'Requires-Dist: e3nn-jax>=0.21.0; extra == "flax"',
       "Description-Content-Type: text/markdown",
       "",

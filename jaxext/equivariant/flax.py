@@ -141,6 +141,7 @@ class MessagePassing(nn.Module):
     weights = e3nn_flax.MultiLayerPerceptron(
         tuple(self.radial_hidden) + (irreps_tp.num_irreps,), act=self.radial_activation,
         output_activation=False, name="radial")(basis.astype(node_features.dtype))
+    weights = weights * inside[:, None].astype(weights.dtype)  # whatever the activation's f(0)
 
     sh_vec = e3nn.IrrepsArray("1o", vec)
     if self.backend == "jaxext":

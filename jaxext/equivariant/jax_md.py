@@ -158,9 +158,12 @@ class NequIPConvolution(_nequip.NequIPConvolution):
                   order=tuple(int(c) for c in order))(edge_embedded)
 
     dtype = h.dtype
+    # Not regrouped: the paths in jax-md's loop order over h's terms as they come (unsorted or
+    # repeated irreps included), stably sorted by output irrep as jax-md sorts them; then merged
+    # as its simplify() merges them.
     messages = e3nn_ops.tensor_product_conv(
         h.remove_zero_chunks(), edge_sh, edge_src, edge_dst, h.shape[0], weights=weights,
-        filter_ir_out=irreps_out)
+        filter_ir_out=irreps_out, regroup_output=False).simplify()
     h = messages.astype(dtype) / self.n_neighbors
     h = _nequip.Linear(irreps_out)(h)
     if self.use_sc:
@@ -168,11 +171,25 @@ class NequIPConvolution(_nequip.NequIPConvolution):
     act = lambda parity: _nequip.get_nonlinearity_by_name(self.nonlinearities[parity])
     h = e3nn.gate(h, even_act=act("e"), odd_act=act("o"), even_gate_act=act("e"),
                   odd_gate_act=act("o"))
-    return jax.tree.map(lambda x: x.astype(dtype), h)
+    return h.astype(dtype)  # IrrepsArray.astype: keeps the statically zero chunks' flags
+
+
+SUPPORTED_JAX_MD = "0.2.29"
+
+
+def _check_version() -> None:
+  import importlib.metadata  # noqa: PLC0415
+  version = importlib.metadata.version("jax-md")
+  if version != SUPPORTED_JAX_MD:
+    raise RuntimeError(
+        f"jaxext.equivariant.jax_md reproduces jax-md {SUPPORTED_JAX_MD}'s NequIP convolution; "
+        f"jax-md {version} is installed, whose model may differ: not routed")
 
 
 def install() -> None:
-  """Routes jax-md's NequIP through jaxext from now on (models traced afterwards)."""
+  """Routes jax-md's NequIP through jaxext from now on (models traced afterwards). Raises
+  RuntimeError unless the installed jax-md is the version this reproduces (0.2.29)."""
+  _check_version()
   _nequip.e3nn = _E3NN
   _nequip.NequIPConvolution = NequIPConvolution
 
@@ -188,7 +205,7 @@ def nequip() -> Iterator[None]:
   """Within the block, jax-md's NequIP models are traced with jaxext's kernels; what was installed
   before the block (jaxext's or jax-md's own) is restored after it."""
   saved = (_nequip.e3nn, _nequip.NequIPConvolution)
-  install()
+  install()  # (checks the version before anything is replaced)
   try:
     yield
   finally:

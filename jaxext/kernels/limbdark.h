@@ -649,6 +649,17 @@ JAXEXT_HD_FUNC void EvaluateHessianAt(const T* b, const T* r, int64_t r_stride, 
 // ---------------------------------------------------------------------------------------------
 constexpr int kLanes = 8;
 
+// clang host code (not nvcc's, whatever its host compiler) runs the Cel3 iteration below on whole
+// vectors (see there).
+#if defined(__clang__) && !defined(__CUDACC__) && defined(__has_builtin)
+#if __has_builtin(__builtin_reduce_and)
+#define JAXEXT_LIMBDARK_CEL3_VECTORS 1
+#endif
+#endif
+#ifndef JAXEXT_LIMBDARK_CEL3_VECTORS
+#define JAXEXT_LIMBDARK_CEL3_VECTORS 0
+#endif
+
 #if defined(_OPENMP) || defined(__clang__)
 #define JAXEXT_LANES _Pragma("omp simd") for (int l = 0; l < kLanes; ++l)
 #elif defined(__GNUC__) && !defined(__CUDACC__)
@@ -805,7 +816,7 @@ inline __attribute__((always_inline)) void EvaluateLanes(const T* bin, const T* 
     }
   }
   if (n >= 1) {
-#if defined(__clang__)
+#if JAXEXT_LIMBDARK_CEL3_VECTORS
     // clang: the iteration on whole vectors of kLanes (GCC vector extensions, which clang has
     // too). Its vectoriser turns the lane loop's `x[l] = frozen ? x[l] : y` into stores masked by
     // lane (vmaskmovpd), very slow on AMD processors (measured: the quadratic law 1.67x slower
