@@ -69,7 +69,9 @@ def _sh(irreps_out: Any, input: Any, normalize: bool = False, normalization: Any
 
 def _sh_irreps(irreps_out: Any) -> Any:
   """The irreps e3nn.spherical_harmonics gives for its first argument (an int l: that degree; a
-  list: those degrees; parity (-1)^l)."""
+  list: those degrees; parity (-1)^l). Not jaxext's own wrapping of a "1o" IrrepsArray: that
+  refuses odd-l harmonics labelled even ("1x1e", jax-md's default sh_irreps), which e3nn-jax
+  accepts for plain arrays."""
   if isinstance(irreps_out, (int, np.integer)):
     irreps_out = [int(irreps_out)]
   if isinstance(irreps_out, (list, tuple)) and all(isinstance(l, (int, np.integer))
