@@ -115,7 +115,7 @@ struct Model {
 
   // dydt = f(t, y; p), in T, in dual numbers, or in SIMD lanes (several trajectories at once).
   template <typename S>
-  JAXEXT_HD_FUNC void operator()(T /*t*/, const S* y, const S* p, S* dydt) const {
+  JAXEXT_HD_CLONED void operator()(T /*t*/, const S* y, const S* p, S* dydt) const {
     using std::exp;
     using std::sqrt;
     const S x = y[0], yy = y[1], z = y[2];
@@ -169,7 +169,7 @@ struct Model {
   // dual numbers (its values round as in plain T). Only parameter 0 (B) enters the models.
   // S: T, or SIMD lanes of T (several trajectories' Jacobians at once, each as in plain T).
   template <typename S>
-  JAXEXT_HD_FUNC void Jacobian(T t, const S* y, const S* p, int64_t np, S* f, S* dfdy,
+  JAXEXT_HD_CLONED void Jacobian(T t, const S* y, const S* p, int64_t np, S* f, S* dfdy,
                                S* dfdp) const {
     using D = Dual<S, kStateSize + 1>;
     D yd[kStateSize], pd[1], fd[kStateSize];
