@@ -170,7 +170,7 @@ struct Model {
   // S: T, or SIMD lanes of T (several trajectories' Jacobians at once, each as in plain T).
   template <typename S>
   JAXEXT_HD_CLONED void Jacobian(T t, const S* y, const S* p, int64_t np, S* f, S* dfdy,
-                               S* dfdp) const {
+                                 S* dfdp) const {
     using D = Dual<S, kStateSize + 1>;
     D yd[kStateSize], pd[1], fd[kStateSize];
     for (int i = 0; i < kStateSize; ++i) yd[i] = D::Variable(y[i], i);
