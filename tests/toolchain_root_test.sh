@@ -17,8 +17,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 workspace_with_pin() {  # workspace_with_pin DIR PACKAGE VERSION: a checkout copy with one pin changed
   local dir=$1 pkg=$2 ver=$3
-  mkdir -p "$dir/tools" "$dir/third_party"
+  mkdir -p "$dir/tools" "$dir/third_party/offline_stubs"
   cp "$top/tools/bazel" "$top/tools/offline.bazelrc" "$dir/tools/"
+  cp "$top/third_party/offline_stubs/rules_python_pip.sed" "$dir/third_party/offline_stubs/"
   sed "s|^\(    \"$pkg\": \)\"[^\"]*\"|\1\"$ver\"|" "$top/third_party/pins.bzl" >"$dir/third_party/pins.bzl"
   grep -q "^    \"$pkg\": \"$ver\"," "$dir/third_party/pins.bzl" || fail "could not set the $pkg pin"
 }
