@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The vendoring instructions are what CI builds: every `bazel_dep(...)` line of the Starlark
-blocks of README.md and docs/vendoring.md is in tests/consumer/MODULE.bazel, and every symbol
-those blocks `load(...)` and every `@jaxext//...` label they name is in a BUILD file of
-tests/consumer; the lines of the WORKSPACE-mode block are in tests/consumer/WORKSPACE.
+"""The vendoring instructions are what CI builds: every `bazel_dep(...)` line (and module extension
+line) of the Starlark blocks of README.md and docs/vendoring.md is in tests/consumer/MODULE.bazel,
+every symbol those blocks `load(...)` and every `@jaxext//...` label they name is in a BUILD file
+of tests/consumer; the lines of the WORKSPACE-mode block are in tests/consumer/WORKSPACE.
 
     python3 .ci/check_vendoring_doc.py   # from the repository root; exit 1 naming what differs
 """
@@ -40,6 +40,10 @@ def main():
         line = line.split("#")[0].strip()
         if line.startswith("bazel_dep(") and line not in module:
           missing.append(f"{doc.name}: {line} (not in tests/consumer/MODULE.bazel)")
+        if "use_extension(" in line or ".requirements(" in line:  # MODULE.bazel lines, verbatim
+          if line not in module:
+            missing.append(f"{doc.name}: {line} (not in tests/consumer/MODULE.bazel)")
+          continue
         if line.startswith("load("):
           source, *symbols = re.findall(r'"([^"]+)"', line)
           for sym in symbols:

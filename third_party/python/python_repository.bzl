@@ -1,15 +1,27 @@
 """The hermetic Python toolchain of jaxext: a selected CPython, a locked jax set, C++ headers.
 
-`python_repository` creates one repository (conventionally `@jaxext_python`) holding
+Two repositories, both for the selected CPython:
 
-* `:toolchain`         a Python toolchain whose interpreter is a virtual environment with every wheel
-                       of the selected lock file installed (register it; py_test targets run in it);
+`python_headers_repository` (conventionally `@jaxext_python_headers`): what building extension
+modules needs, and nothing else (no interpreter environment: a repository that vendors jaxext and
+has its own Python fetches only this):
+
 * `:python_headers`    CPython's C headers of the selected interpreter (for another architecture:
                        Debian's for the same release, from `python_cross_headers`);
-* `:pybind11`          pybind11's headers (from the locked wheel);
+* `:pybind11`          pybind11's headers (the pinned wheel, PYBIND11 of //third_party:pins.bzl);
+* `:selection.json`    which CPython and jax set are selected (and a digest of the set's lock file):
+                       every jaxext_py_test depends on it, so switching either re-runs the tests.
+
+`python_repository` (conventionally `@jaxext_python`): jaxext's own test environment.
+
+* `:toolchain`         a Python toolchain whose interpreter is a virtual environment with every wheel
+                       of the selected lock file installed. jaxext registers it for its own builds
+                       only (a dev dependency); a repository that vendors jaxext brings its own
+                       Python, or registers this one explicitly;
 * `:numpy_headers`     NumPy's C API headers (the benchmark's batman extension);
-* `:python_info.json`  what was selected and found (Python and jax versions, python tag); every
-                       jaxext_py_test depends on it, so switching either re-runs the tests.
+* `:python_info.json`  what was selected and installed (Python and jax versions, python tag): the
+                       wheels' tags and the CUDA repository read it;
+* `:python_headers`, `:pybind11`: aliases of @jaxext_python_headers' targets.
 
 Two repository environment variables select the environment, in the manner of jaxlib's hermetic
 Python (`--repo_env=NAME=VALUE`, or the `--config=python3.X` / `--config=jax_<set>` shorthands of
@@ -28,7 +40,8 @@ The XLA FFI headers do not come from here: they are the JAXLIB_FLOOR headers of
 @jaxext_xla_ffi (third_party/xla_ffi), whatever jax the tests run with.
 """
 
-load("//third_party:pins.bzl", "DEBIAN_SUITE", "JAXLIB_FLOOR", "JAX_SETS", "PYTHON")
+load("//third_party:pins.bzl", "DEBIAN_SUITE", "JAXLIB_FLOOR", "JAX_SETS", "PYBIND11", "PYTHON")
+load("//third_party/python:python_requirements.bzl", "python_requirements_repository")
 
 _BUILD = """\
 load("@rules_python//python:defs.bzl", "py_runtime", "py_runtime_pair")
@@ -37,24 +50,14 @@ package(default_visibility = ["//visibility:public"])
 
 exports_files(["python_info.json"])
 
-# CPython's headers for the target's architecture: the interpreter's own, or (cross builds such as
-# //:wheel_aarch64) Debian's for the same CPython release on that architecture.
-cc_library(
+alias(
     name = "python_headers",
-    deps = select({cross_headers}),
+    actual = "@jaxext_python_headers//:python_headers",
 )
 
-cc_library(
-    name = "host_python_headers",
-    hdrs = glob(["python_include/**/*.h"]),
-    includes = ["python_include"],
-)
-
-cc_library(
+alias(
     name = "pybind11",
-    hdrs = glob(["pybind11_include/**/*.h"]),
-    includes = ["pybind11_include"],
-    deps = [":python_headers"],
+    actual = "@jaxext_python_headers//:pybind11",
 )
 
 # NumPy's C API headers (for the benchmark's batman extension).
@@ -87,6 +90,34 @@ toolchain(
 sh_binary(
     name = "python3",
     srcs = ["python3.sh"],
+)
+"""
+
+_HEADERS_BUILD = """\
+package(default_visibility = ["//visibility:public"])
+
+exports_files(["selection.json"])
+
+# CPython's headers for the target's architecture: the interpreter's own, or (cross builds such as
+# //:wheel_aarch64) Debian's for the same CPython release on that architecture.
+cc_library(
+    name = "python_headers",
+    deps = select({cross_headers}),
+)
+
+cc_library(
+    name = "host_python_headers",
+    hdrs = glob(["python_include/**/*.h"]),
+    includes = ["python_include"],
+)
+
+# pybind11 {pybind11}: the headers of its wheel, with the CPython headers extensions compile with
+# (the consumer's when it names its own: @jaxext_python_requirements).
+cc_library(
+    name = "pybind11",
+    hdrs = glob(["pybind11_wheel/pybind11/include/**/*.h"]),
+    includes = ["pybind11_wheel/pybind11/include"],
+    deps = ["@jaxext_python_requirements//:python_headers"],
 )
 """
 
@@ -151,10 +182,7 @@ def _read_lock(rctx, jax_set):
 
 def _python_repository_impl(rctx):
     python, version, found = _select_python(rctx)
-    jax_set = rctx.os.environ.get("JAXEXT_JAX", "") or JAX_SETS["default"]
-    sets = sorted([k for k in JAX_SETS if k != "default"])
-    if jax_set not in sets:
-        fail("JAXEXT_JAX=%s: the jax sets are %s (JAX_SETS in //third_party:pins.bzl)" % (jax_set, ", ".join(sets)))
+    jax_set = _jax_set(rctx)
     lock, lock_versions, notes, pkgs = _read_lock(rctx, jax_set)
     if version not in lock_versions:
         fail("the jax set '%s' (jax %s) has no wheels for CPython %s: %s. Choose another set, e.g. " %
@@ -163,6 +191,9 @@ def _python_repository_impl(rctx):
     if pkgs.get("jax") != JAX_SETS[jax_set] or pkgs.get("jaxlib") != JAX_SETS[jax_set]:
         fail("%s pins jax %s / jaxlib %s but JAX_SETS['%s'] is %s; regenerate the lock" %
              (lock, pkgs.get("jax"), pkgs.get("jaxlib"), jax_set, JAX_SETS[jax_set]))
+    if pkgs.get("pybind11") != PYBIND11["version"]:
+        fail("%s pins pybind11 %s but PYBIND11 in //third_party:pins.bzl is %s (the headers extensions build with)" %
+             (lock, pkgs.get("pybind11"), PYBIND11["version"]))
     if _version_key(JAX_SETS[jax_set]) < _version_key(JAXLIB_FLOOR):
         fail("JAX_SETS['%s'] = %s is older than JAXLIB_FLOOR %s" % (jax_set, JAX_SETS[jax_set], JAXLIB_FLOOR))
 
@@ -178,10 +209,7 @@ def _python_repository_impl(rctx):
              res.stdout + res.stderr)
     interpreter = str(rctx.path("venv/bin/python3"))
     rctx.file("python3.sh", "#!/bin/sh\nexec \"%s\" \"$@\"\n" % interpreter, executable = True)
-    host = _ARCH.get(rctx.os.arch, rctx.os.arch)
-    cross = ['"@platforms//cpu:%s": ["@jaxext_python_%s//:python_headers"]' % (a, a) for a in CROSS_ARCHS if a != host]
-    cross_headers = "{%s}" % ", ".join(cross + ['"//conditions:default": [":host_python_headers"]'])
-    rctx.file("BUILD.bazel", _BUILD.format(interpreter = interpreter, cross_headers = "{cross_headers}").replace("{cross_headers}", cross_headers))
+    rctx.file("BUILD.bazel", _BUILD.format(interpreter = interpreter))
     rctx.file("WORKSPACE", "")
 
 python_repository = repository_rule(
@@ -191,6 +219,52 @@ python_repository = repository_rule(
         "_pins": attr.label(default = "//third_party:pins.bzl"),
     },
     environ = ["HERMETIC_PYTHON_VERSION", "JAXEXT_JAX", "JAXEXT_PYTHON", "JAXEXT_PIP_INDEX_URL"],
+)
+
+def _jax_set(rctx):
+    jax_set = rctx.os.environ.get("JAXEXT_JAX", "") or JAX_SETS["default"]
+    sets = sorted([k for k in JAX_SETS if k != "default"])
+    if jax_set not in sets:
+        fail("JAXEXT_JAX=%s: the jax sets are %s (JAX_SETS in //third_party:pins.bzl)" % (jax_set, ", ".join(sets)))
+    return jax_set
+
+def _python_headers_repository_impl(rctx):
+    python, version, found = _select_python(rctx)
+    jax_set = _jax_set(rctx)
+    res = rctx.execute([python, "-I", rctx.path(rctx.attr._setup), "headers", rctx.path(".")])
+    if res.return_code != 0:
+        fail("copying the C headers of %s (CPython %s) failed:\n%s%s" % (python, found, res.stdout, res.stderr))
+    if not rctx.path("python_include/Python.h").exists:
+        fail("%s (CPython %s) has no C headers (Python.h): install its development package (Debian: python%s-dev)" %
+             (python, found, version))
+    rctx.download_and_extract(
+        url = PYBIND11["url"],
+        sha256 = PYBIND11["sha256"],
+        type = "zip",
+        output = "pybind11_wheel",
+    )
+    lock = rctx.read(rctx.path(Label("//third_party/python:requirements_lock_%s.txt" % jax_set)))
+    rctx.file("selection.json", json.encode_indent({
+        "python_version": found,
+        "python_tag": "cp" + version.replace(".", ""),
+        "interpreter": str(python),
+        "jax_set": jax_set,
+        "jax": JAX_SETS[jax_set],
+        "lock_digest": str(hash(lock)),
+    }, indent = "  ") + "\n")
+    host = _ARCH.get(rctx.os.arch, rctx.os.arch)
+    cross = ['"@platforms//cpu:%s": ["@jaxext_python_%s//:python_headers"]' % (a, a) for a in CROSS_ARCHS if a != host]
+    cross_headers = "{%s}" % ", ".join(cross + ['"//conditions:default": [":host_python_headers"]'])
+    rctx.file("BUILD.bazel", _HEADERS_BUILD.format(cross_headers = cross_headers, pybind11 = PYBIND11["version"]))
+    rctx.file("WORKSPACE", "")
+
+python_headers_repository = repository_rule(
+    implementation = _python_headers_repository_impl,
+    attrs = {
+        "_setup": attr.label(default = "//third_party/python:setup_python_repo.py"),
+        "_pins": attr.label(default = "//third_party:pins.bzl"),
+    },
+    environ = ["HERMETIC_PYTHON_VERSION", "JAXEXT_JAX", "JAXEXT_PYTHON"],
 )
 
 # Architectures wheels are cross-built for (//:wheel_<arch>), as Bazel's @platforms//cpu names them.
@@ -311,15 +385,39 @@ python_cross_headers = repository_rule(
 )
 
 def python_repositories():
-    """@jaxext_python and, fetched only by cross builds, @jaxext_python_<arch> headers."""
+    """@jaxext_python_headers, @jaxext_python and, fetched only by cross builds,
+    @jaxext_python_<arch> headers."""
+    python_headers_repository(name = "jaxext_python_headers")
     python_repository(name = "jaxext_python")
     for arch in CROSS_ARCHS:
         python_cross_headers(name = "jaxext_python_" + arch, arch = arch)
 
-def _python_deps_impl(_mctx):
+def _python_deps_impl(mctx):
     python_repositories()
+    packages, headers = [], None
+    for mod in mctx.modules:
+        if mod.is_root:
+            for tag in mod.tags.requirements:
+                packages += tag.packages
+                headers = tag.python_headers or headers
+    python_requirements_repository(name = "jaxext_python_requirements", packages = packages, python_headers = headers)
+
+_requirements = tag_class(
+    attrs = {
+        "packages": attr.label_list(doc = "py_library targets providing jax and jaxlib (a pip hub's " +
+                                          "`@pypi//jax`, `@pypi//jaxlib`): jaxext's package depends on them"),
+        "python_headers": attr.label(doc = "a cc_library of the CPython headers of your Python toolchain " +
+                                           "(with patchlevel.h): jaxext's extension modules compile with them"),
+    },
+    doc = """Declares the root module's own targets for jaxext's Python requirements (jax, jaxlib)
+    and, optionally, CPython headers. Without packages, jax must be installed in the interpreter of
+    the build's Python toolchain; without headers, those of the CPython jaxext selects are used.""",
+)
 
 python_deps = module_extension(
     implementation = _python_deps_impl,
-    doc = "Creates @jaxext_python (see python_repository) and @jaxext_python_<arch> (python_cross_headers).",
+    tag_classes = {"requirements": _requirements},
+    doc = """Creates @jaxext_python_headers, @jaxext_python (see python_repository),
+    @jaxext_python_<arch> (python_cross_headers) and @jaxext_python_requirements (the root module's
+    `requirements` tag: python_requirements.bzl).""",
 )

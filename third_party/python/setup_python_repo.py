@@ -1,10 +1,11 @@
-"""Populates the @jaxext_python repository (run by python_repository.bzl with the selected CPython).
+"""Populates jaxext's Python repositories (run by python_repository.bzl with the selected CPython).
 
+    setup_python_repo.py headers OUT_DIR
+        @jaxext_python_headers: copies the interpreter's C headers to OUT_DIR/python_include.
     setup_python_repo.py OUT_DIR LOCK_FILE INDEX_URL JAX_SET
-
-Creates a virtual environment, installs the locked wheels into it with pip's --require-hashes (no
-dependency resolution, no source builds, no user or site configuration), and copies the headers the
-C++ build needs: Python's own, pybind11's and NumPy's.
+        @jaxext_python (the test environment): creates a virtual environment, installs the locked
+        wheels into it with pip's --require-hashes (no dependency resolution, no source builds, no
+        user or site configuration) and copies NumPy's C headers (the benchmark's extension).
 """
 
 import json
@@ -27,20 +28,8 @@ def cert_args() -> list[str]:
   return []
 
 
-def main() -> None:
-  out_dir, lock, index_url, jax_set = sys.argv[1:5]
-  venv = os.path.join(out_dir, "venv")
-  if not os.path.exists(os.path.join(venv, "bin", "python3")):
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-  vpy = os.path.join(venv, "bin", "python3")
-  env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
-  subprocess.run(
-      [vpy, "-m", "pip", "install", "--isolated", "--no-input", "--disable-pip-version-check",
-       "--require-hashes", "--no-deps", "--only-binary=:all:", "--index-url", index_url,
-       "--quiet", "-r", lock] + cert_args(),
-      check=True, env=env)
-
-  # Python headers (with Debian's multiarch pyconfig.h folded in).
+def copy_python_headers(out_dir: str) -> None:
+  """This interpreter's C headers to OUT_DIR/python_include (Debian's multiarch pyconfig.h folded in)."""
   inc = os.path.join(out_dir, "python_include")
   shutil.rmtree(inc, ignore_errors=True)
   shutil.copytree(sysconfig.get_path("include"), inc)
@@ -58,16 +47,32 @@ def main() -> None:
   if multiarch and os.path.isfile(os.path.join(arch_dir, "pyconfig.h")):
     shutil.copytree(arch_dir, os.path.join(inc, multiarch, os.path.basename(include)))
 
+
+def main() -> None:
+  if sys.argv[1] == "headers":
+    copy_python_headers(sys.argv[2])
+    return
+  out_dir, lock, index_url, jax_set = sys.argv[1:5]
+  venv = os.path.join(out_dir, "venv")
+  if not os.path.exists(os.path.join(venv, "bin", "python3")):
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+  vpy = os.path.join(venv, "bin", "python3")
+  env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+  subprocess.run(
+      [vpy, "-m", "pip", "install", "--isolated", "--no-input", "--disable-pip-version-check",
+       "--require-hashes", "--no-deps", "--only-binary=:all:", "--index-url", index_url,
+       "--quiet", "-r", lock] + cert_args(),
+      check=True, env=env)
+
   probe = ("import json, sysconfig, importlib.metadata as m; print(json.dumps({"
            "'site': sysconfig.get_path('purelib'), 'jax': m.version('jax'), "
            "'jaxlib': m.version('jaxlib'), 'numpy': m.version('numpy')}))")
   found = json.loads(subprocess.run([vpy, "-I", "-c", probe], check=True, capture_output=True,
                                     text=True, env=env).stdout)
   site = found["site"]
-  for src, dst in ((os.path.join(site, "pybind11", "include"), "pybind11_include"),
-                   (os.path.join(site, "numpy", "_core", "include"), "numpy_include")):
-    shutil.rmtree(os.path.join(out_dir, dst), ignore_errors=True)
-    shutil.copytree(src, os.path.join(out_dir, dst))
+  numpy_include = os.path.join(out_dir, "numpy_include")
+  shutil.rmtree(numpy_include, ignore_errors=True)
+  shutil.copytree(os.path.join(site, "numpy", "_core", "include"), numpy_include)
 
   info = {
       "python_version": "%d.%d.%d" % sys.version_info[:3],
