@@ -84,7 +84,7 @@ def pybind_extension(name, srcs, deps = [], copts = [], linkopts = [], visibilit
                                           "-fexceptions"],
         linkopts = linkopts + ["-Wl,-Bsymbolic"],
         deps = deps + [
-            Label("@jaxext_python_headers//:pybind11"),
+            Label("@jaxext_pybind11//:pybind11"),
             Label("@jaxext_python_requirements//:python_headers"),
         ],
         visibility = visibility,
@@ -106,7 +106,7 @@ def jaxext_py_test(name, srcs, deps = [], args = [], data = [], env = {}, **kwar
 
     pytest writes its JUnit report where Bazel asks (XML_OUTPUT_FILE), so per-case results appear
     in bazel-testlogs; `.ci/run` counts them. The test depends on
-    `@jaxext_python_headers//:selection.json` (the selected CPython and jax set): the environment is
+    `@jaxext_python_requirements//:selection.json` (the selected CPython and jax set): the environment is
     outside Bazel's view, and without it a switch of `HERMETIC_PYTHON_VERSION` or `JAXEXT_JAX` would
     report cached results. It runs under the registered Python toolchain: jaxext's test environment
     in jaxext, the consumer's own Python (which must provide pytest) elsewhere.
@@ -117,7 +117,7 @@ def jaxext_py_test(name, srcs, deps = [], args = [], data = [], env = {}, **kwar
         main = _PYTEST_MAIN,
         args = ["$(location %s)" % srcs[0]] + args,
         deps = deps,
-        data = data + [Label("@jaxext_python_headers//:selection.json")],
+        data = data + [Label("@jaxext_python_requirements//:selection.json")],
         env = env,
         python_version = "PY3",
         **kwargs

@@ -26,10 +26,10 @@ def patchlevel(tmp_path, python_version):
   return path
 
 
-def run(tmp_path, python_version, *declared, floor="0.10.0"):
+def run(tmp_path, python_version, *declared, floor="0.10.0", supported=f"{OTHER},{HERE}"):
   stamp = tmp_path / "stamp.json"
   proc = subprocess.run([sys.executable, "-I", SCRIPT, str(patchlevel(tmp_path, python_version)),
-                         floor, str(stamp), *declared], capture_output=True, text=True)
+                         floor, supported, str(stamp), *declared], capture_output=True, text=True)
   return proc.returncode, proc.stderr, stamp
 
 
@@ -42,7 +42,7 @@ def test_matching_python_and_installed_jax_pass(tmp_path):
 def test_headers_without_a_version_are_refused(tmp_path):
   bad = tmp_path / "patchlevel.h"
   bad.write_text("#define PY_VERSION \"3.14\"\n")
-  proc = subprocess.run([sys.executable, "-I", SCRIPT, str(bad), "0.10.0", str(tmp_path / "s")],
+  proc = subprocess.run([sys.executable, "-I", SCRIPT, str(bad), "0.10.0", HERE, str(tmp_path / "s")],
                         capture_output=True, text=True)
   assert proc.returncode != 0 and "does not define PY_MAJOR_VERSION" in proc.stderr
 
@@ -59,6 +59,14 @@ def test_other_cpython_is_refused_naming_both(tmp_path):
   assert f"the Python toolchain of this build is CPython {HERE}" in err
   assert f"compile with the headers of CPython {OTHER}" in err
   assert f"HERMETIC_PYTHON_VERSION={HERE}" in err
+  assert "python_headers" in err
+
+
+def test_unsupported_cpython_is_not_told_to_select_itself(tmp_path):
+  rc, err, _ = run(tmp_path, OTHER, supported=OTHER)
+  assert rc == 1
+  assert "HERMETIC_PYTHON_VERSION" not in err
+  assert f"jaxext's own headers are for CPython {OTHER} only" in err
 
 
 @pytest.mark.parametrize("declared,name", [(("jax=0.9.2", "jaxlib=0.12.0"), "jax"),
@@ -89,7 +97,7 @@ def test_missing_jax_says_how_to_declare_it(tmp_path):
           "sys.argv = sys.argv[1:]\n"
           "runpy.run_path(sys.argv[0], run_name='__main__')\n")
   proc = subprocess.run([sys.executable, "-I", "-c", code, SCRIPT, str(patchlevel(tmp_path, HERE)),
-                         "0.10.0", str(tmp_path / "stamp")], capture_output=True, text=True)
+                         "0.10.0", HERE, str(tmp_path / "stamp")], capture_output=True, text=True)
   assert proc.returncode == 1
   assert "jax is neither declared as a Bazel requirement of jaxext nor installed" in proc.stderr
   assert "python_deps.requirements(packages" in proc.stderr

@@ -12,8 +12,15 @@ or the consumer's WORKSPACE; offline, tools/bazel points them at Debian's copies
 load("//third_party/auditwheel:auditwheel_repository.bzl", "auditwheel_repository")
 load("//third_party/batman:batman_repository.bzl", "batman_repository")
 load("//third_party/cuda:cuda_repository.bzl", "cuda_repository")
-load("//third_party/python:python_requirements.bzl", "python_requirements_repository")
-load("//third_party/python:python_repository.bzl", "CROSS_ARCHS", "python_cross_headers", "python_headers_repository", "python_repository")
+load(
+    "//third_party/python:python_repository.bzl",
+    "CROSS_ARCHS",
+    "pybind11_repository",
+    "python_cross_headers",
+    "python_headers_repository",
+    "python_repository",
+    "python_requirements_repository",
+)
 load("//third_party/xla_ffi:xla_ffi_repository.bzl", "xla_ffi_repository")
 load("//third_party/zig:zig_repository.bzl", "zig_repository")
 
@@ -33,8 +40,10 @@ def jaxext_dependencies(python_requirements = [], python_headers = None):
             packages = python_requirements,
             python_headers = python_headers,
         )
-    if not native.existing_rule("jaxext_python_headers"):
+    if not native.existing_rule("jaxext_python_headers"):  # fetched unless python_headers is given
         python_headers_repository(name = "jaxext_python_headers")
+    if not native.existing_rule("jaxext_pybind11"):
+        pybind11_repository(name = "jaxext_pybind11")
     if not native.existing_rule("jaxext_python"):  # fetched only when used (jaxext's test environment)
         python_repository(name = "jaxext_python")
     for arch in CROSS_ARCHS:  # fetched only by cross builds (//:wheel_aarch64)

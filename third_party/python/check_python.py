@@ -1,6 +1,6 @@
 """Build-time check of the Python that jaxext's package will run under (python_requirements.bzl).
 
-    check_python.py PATCHLEVEL_H JAXLIB_FLOOR STAMP [NAME=VERSION ...]
+    check_python.py PATCHLEVEL_H JAXLIB_FLOOR SUPPORTED STAMP [NAME=VERSION ...]
 
 Run by the Python toolchain's interpreter of the build. Fails, saying what to change, when
 * that interpreter's CPython (major.minor) is not the one whose headers jaxext's extension modules
@@ -9,6 +9,7 @@ Run by the Python toolchain's interpreter of the build. Fails, saying what to ch
 * jax or jaxlib is missing or older than JAXLIB_FLOOR. NAME=VERSION pairs are the versions of the
   Bazel targets declared as jaxext's Python requirements (a pip hub's); a package not among them
   must be installed in the interpreter itself.
+SUPPORTED: the CPython versions jaxext selects itself (comma-separated), for the advice given.
 Writes STAMP when all is well.
 """
 
@@ -40,19 +41,24 @@ def headers_version(patchlevel_h: str) -> str:
 
 
 def main() -> int:
-  patchlevel_h, floor, stamp, *declared = sys.argv[1:]
+  patchlevel_h, floor, supported, stamp, *declared = sys.argv[1:]
   versions = dict(d.split("=", 1) for d in declared)
   errors = []
   built_for = headers_version(patchlevel_h)
   running = "%d.%d" % sys.version_info[:2]
   if running != built_for:
+    advice = (f"name your toolchain's headers (python_deps.requirements(python_headers = ...); "
+              f"with rules_python >= 0.25: \"@rules_python//python/cc:current_py_cc_headers\")")
+    if running in supported.split(","):
+      advice += (f", or select CPython {running} for jaxext's headers: "
+                 f"--repo_env=HERMETIC_PYTHON_VERSION={running} (with python{running} and its "
+                 f"headers on PATH, or --repo_env=JAXEXT_PYTHON=/path/to/python{running})")
+    else:
+      advice += f" (jaxext's own headers are for CPython {supported.replace(',', ', ')} only)"
     errors.append(
         f"the Python toolchain of this build is CPython {running} ({sys.executable}), but jaxext's "
         f"extension modules compile with the headers of CPython {built_for} ({patchlevel_h}); "
-        f"they would not import. Use the same CPython for both: name your own headers "
-        f"(python_deps.requirements(python_headers = ...)), or select that CPython for jaxext's: "
-        f"--repo_env=HERMETIC_PYTHON_VERSION={running} (with python{running} and its headers on "
-        f"PATH, or --repo_env=JAXEXT_PYTHON=/path/to/python{running}).")
+        f"they would not import. Use the same CPython for both: {advice}.")
   for name in ("jax", "jaxlib"):
     where = "declared as a Bazel requirement of jaxext"
     version = versions.get(name)

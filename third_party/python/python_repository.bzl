@@ -1,16 +1,28 @@
 """The hermetic Python toolchain of jaxext: a selected CPython, a locked jax set, C++ headers.
 
-Two repositories, both for the selected CPython:
+Repositories (a repository that vendors jaxext with a Python of its own, its headers named,
+fetches only the first two, which need no interpreter):
 
-`python_headers_repository` (conventionally `@jaxext_python_headers`): what building extension
-modules needs, and nothing else (no interpreter environment: a repository that vendors jaxext and
-has its own Python fetches only this):
+`python_requirements_repository` (`@jaxext_python_requirements`): what jaxext's Python side takes
+from its user (python_requirements.bzl has the rule that uses them):
 
-* `:python_headers`    CPython's C headers of the selected interpreter (for another architecture:
-                       Debian's for the same release, from `python_cross_headers`);
-* `:pybind11`          pybind11's headers (the pinned wheel, PYBIND11 of //third_party:pins.bzl);
-* `:selection.json`    which CPython and jax set are selected (and a digest of the set's lock file):
-                       every jaxext_py_test depends on it, so switching either re-runs the tests.
+* `:deps`              a py_library of the targets declared as jaxext's jax and jaxlib (a pip
+                       hub's; the module extension's `requirements` tag), empty by default (jax
+                       installed in the interpreter);
+* `:python_headers`    the CPython headers extension modules compile with: the declared ones, else
+                       @jaxext_python_headers';
+* `:host_cpu`          this machine's @platforms//cpu constraint (the build-time check of the
+                       Python runs only where the target is this machine's CPU);
+* `:selection.json`    which CPython and jax set are selected (the environment variables below and
+                       a digest of the set's lock file): every jaxext_py_test depends on it, so
+                       switching either re-runs the tests.
+
+`pybind11_repository` (`@jaxext_pybind11`): `:pybind11`, the headers of the pinned wheel (PYBIND11
+of //third_party:pins.bzl), with `:python_headers` above.
+
+`python_headers_repository` (`@jaxext_python_headers`): `:python_headers`, CPython's C headers of
+the selected interpreter (for another architecture: Debian's for the same release, from
+`python_cross_headers`).
 
 `python_repository` (conventionally `@jaxext_python`): jaxext's own test environment.
 
@@ -21,7 +33,7 @@ has its own Python fetches only this):
 * `:numpy_headers`     NumPy's C API headers (the benchmark's batman extension);
 * `:python_info.json`  what was selected and installed (Python and jax versions, python tag): the
                        wheels' tags and the CUDA repository read it;
-* `:python_headers`, `:pybind11`: aliases of @jaxext_python_headers' targets.
+* `:python_headers`, `:pybind11`: aliases of the targets above.
 
 Two repository environment variables select the environment, in the manner of jaxlib's hermetic
 Python (`--repo_env=NAME=VALUE`, or the `--config=python3.X` / `--config=jax_<set>` shorthands of
@@ -41,7 +53,6 @@ The XLA FFI headers do not come from here: they are the JAXLIB_FLOOR headers of
 """
 
 load("//third_party:pins.bzl", "DEBIAN_SUITE", "JAXLIB_FLOOR", "JAX_SETS", "PYBIND11", "PYTHON")
-load("//third_party/python:python_requirements.bzl", "python_requirements_repository")
 
 _BUILD = """\
 load("@rules_python//python:defs.bzl", "py_runtime", "py_runtime_pair")
@@ -57,7 +68,7 @@ alias(
 
 alias(
     name = "pybind11",
-    actual = "@jaxext_python_headers//:pybind11",
+    actual = "@jaxext_pybind11//:pybind11",
 )
 
 # NumPy's C API headers (for the benchmark's batman extension).
@@ -96,8 +107,6 @@ sh_binary(
 _HEADERS_BUILD = """\
 package(default_visibility = ["//visibility:public"])
 
-exports_files(["selection.json"])
-
 # CPython's headers for the target's architecture: the interpreter's own, or (cross builds such as
 # //:wheel_aarch64) Debian's for the same CPython release on that architecture.
 cc_library(
@@ -110,14 +119,44 @@ cc_library(
     hdrs = glob(["python_include/**/*.h"]),
     includes = ["python_include"],
 )
+"""
 
-# pybind11 {pybind11}: the headers of its wheel, with the CPython headers extensions compile with
+_PYBIND11_BUILD = """\
+# pybind11 {version}: the headers of its wheel, with the CPython headers extensions compile with
 # (the consumer's when it names its own: @jaxext_python_requirements).
 cc_library(
     name = "pybind11",
     hdrs = glob(["pybind11_wheel/pybind11/include/**/*.h"]),
     includes = ["pybind11_wheel/pybind11/include"],
+    visibility = ["//visibility:public"],
     deps = ["@jaxext_python_requirements//:python_headers"],
+)
+"""
+
+_REQUIREMENTS_BUILD = """\
+load("@rules_python//python:defs.bzl", "py_library")
+
+package(default_visibility = ["//visibility:public"])
+
+exports_files(["selection.json"])
+
+# jaxext's Python requirements as the consumer declared them (empty: the interpreter's own).
+py_library(
+    name = "deps",
+    deps = [{deps}],
+)
+
+# The CPython headers extension modules compile with: the consumer's, else those of the CPython
+# jaxext selected (@jaxext_python_headers).
+alias(
+    name = "python_headers",
+    actual = "{headers}",
+)
+
+# This machine's CPU: the build-time check of the Python runs only for targets of this CPU.
+alias(
+    name = "host_cpu",
+    actual = "@platforms//cpu:{host_cpu}",
 )
 """
 
@@ -230,32 +269,16 @@ def _jax_set(rctx):
 
 def _python_headers_repository_impl(rctx):
     python, version, found = _select_python(rctx)
-    jax_set = _jax_set(rctx)
     res = rctx.execute([python, "-I", rctx.path(rctx.attr._setup), "headers", rctx.path(".")])
     if res.return_code != 0:
         fail("copying the C headers of %s (CPython %s) failed:\n%s%s" % (python, found, res.stdout, res.stderr))
     if not rctx.path("python_include/Python.h").exists:
         fail("%s (CPython %s) has no C headers (Python.h): install its development package (Debian: python%s-dev)" %
              (python, found, version))
-    rctx.download_and_extract(
-        url = PYBIND11["url"],
-        sha256 = PYBIND11["sha256"],
-        type = "zip",
-        output = "pybind11_wheel",
-    )
-    lock = rctx.read(rctx.path(Label("//third_party/python:requirements_lock_%s.txt" % jax_set)))
-    rctx.file("selection.json", json.encode_indent({
-        "python_version": found,
-        "python_tag": "cp" + version.replace(".", ""),
-        "interpreter": str(python),
-        "jax_set": jax_set,
-        "jax": JAX_SETS[jax_set],
-        "lock_digest": str(hash(lock)),
-    }, indent = "  ") + "\n")
     host = _ARCH.get(rctx.os.arch, rctx.os.arch)
     cross = ['"@platforms//cpu:%s": ["@jaxext_python_%s//:python_headers"]' % (a, a) for a in CROSS_ARCHS if a != host]
     cross_headers = "{%s}" % ", ".join(cross + ['"//conditions:default": [":host_python_headers"]'])
-    rctx.file("BUILD.bazel", _HEADERS_BUILD.format(cross_headers = cross_headers, pybind11 = PYBIND11["version"]))
+    rctx.file("BUILD.bazel", _HEADERS_BUILD.format(cross_headers = cross_headers))
     rctx.file("WORKSPACE", "")
 
 python_headers_repository = repository_rule(
@@ -264,7 +287,53 @@ python_headers_repository = repository_rule(
         "_setup": attr.label(default = "//third_party/python:setup_python_repo.py"),
         "_pins": attr.label(default = "//third_party:pins.bzl"),
     },
+    environ = ["HERMETIC_PYTHON_VERSION", "JAXEXT_PYTHON"],
+)
+
+def _pybind11_repository_impl(rctx):
+    rctx.download_and_extract(
+        url = PYBIND11["url"],
+        sha256 = PYBIND11["sha256"],
+        type = "zip",
+        output = "pybind11_wheel",
+    )
+    rctx.file("BUILD.bazel", _PYBIND11_BUILD.format(version = PYBIND11["version"]))
+    rctx.file("WORKSPACE", "")
+
+pybind11_repository = repository_rule(
+    implementation = _pybind11_repository_impl,
+    attrs = {"_pins": attr.label(default = "//third_party:pins.bzl")},
+    doc = "`:pybind11`: the headers of the pinned pybind11 wheel (PYBIND11 of //third_party:pins.bzl).",
+)
+
+def _python_requirements_repository_impl(rctx):
+    jax_set = _jax_set(rctx)
+    lock = rctx.read(rctx.path(Label("//third_party/python:requirements_lock_%s.txt" % jax_set)))
+    rctx.file("selection.json", json.encode_indent({
+        "HERMETIC_PYTHON_VERSION": rctx.os.environ.get("HERMETIC_PYTHON_VERSION", "") or PYTHON["default"],
+        "JAXEXT_PYTHON": rctx.os.environ.get("JAXEXT_PYTHON", ""),
+        "jax_set": jax_set,
+        "jax": JAX_SETS[jax_set],
+        "lock_digest": str(hash(lock)),
+    }, indent = "  ") + "\n")
+    headers = str(rctx.attr.python_headers) if rctx.attr.python_headers else "@jaxext_python_headers//:python_headers"
+    rctx.file("BUILD.bazel", _REQUIREMENTS_BUILD.format(
+        deps = ", ".join(['"%s"' % str(label) for label in rctx.attr.packages]),
+        headers = headers,
+        host_cpu = _ARCH.get(rctx.os.arch, rctx.os.arch),
+    ))
+    rctx.file("WORKSPACE", "")
+
+python_requirements_repository = repository_rule(
+    implementation = _python_requirements_repository_impl,
+    attrs = {
+        "packages": attr.label_list(doc = "py_library targets providing jax and jaxlib"),
+        "python_headers": attr.label(doc = "a cc_library of CPython headers (with patchlevel.h)"),
+        "_pins": attr.label(default = "//third_party:pins.bzl"),
+    },
     environ = ["HERMETIC_PYTHON_VERSION", "JAXEXT_JAX", "JAXEXT_PYTHON"],
+    doc = """`:deps`, a py_library of `packages` (jaxext's declared Python requirements);
+    `:python_headers`, `python_headers` or jaxext's own; `:host_cpu`; `:selection.json`.""",
 )
 
 # Architectures wheels are cross-built for (//:wheel_<arch>), as Bazel's @platforms//cpu names them.
@@ -385,9 +454,10 @@ python_cross_headers = repository_rule(
 )
 
 def python_repositories():
-    """@jaxext_python_headers, @jaxext_python and, fetched only by cross builds,
-    @jaxext_python_<arch> headers."""
+    """@jaxext_python_headers, @jaxext_pybind11, @jaxext_python and, fetched only by cross builds,
+    @jaxext_python_<arch> headers (@jaxext_python_requirements: the caller's)."""
     python_headers_repository(name = "jaxext_python_headers")
+    pybind11_repository(name = "jaxext_pybind11")
     python_repository(name = "jaxext_python")
     for arch in CROSS_ARCHS:
         python_cross_headers(name = "jaxext_python_" + arch, arch = arch)
@@ -396,10 +466,15 @@ def _python_deps_impl(mctx):
     python_repositories()
     packages, headers = [], None
     for mod in mctx.modules:
-        if mod.is_root:
-            for tag in mod.tags.requirements:
-                packages += tag.packages
-                headers = tag.python_headers or headers
+        for tag in mod.tags.requirements:
+            if not mod.is_root:
+                fail("module %s declares jaxext's Python requirements (python_deps.requirements); " % mod.name +
+                     "only the root module may: the Python environment is the root's")
+            packages += tag.packages
+            if tag.python_headers:
+                if headers:
+                    fail("python_deps.requirements: python_headers given twice (%s, %s)" % (headers, tag.python_headers))
+                headers = tag.python_headers
     python_requirements_repository(name = "jaxext_python_requirements", packages = packages, python_headers = headers)
 
 _requirements = tag_class(
@@ -417,7 +492,7 @@ _requirements = tag_class(
 python_deps = module_extension(
     implementation = _python_deps_impl,
     tag_classes = {"requirements": _requirements},
-    doc = """Creates @jaxext_python_headers, @jaxext_python (see python_repository),
-    @jaxext_python_<arch> (python_cross_headers) and @jaxext_python_requirements (the root module's
-    `requirements` tag: python_requirements.bzl).""",
+    doc = """Creates @jaxext_python_requirements (the root module's `requirements` tag),
+    @jaxext_pybind11, @jaxext_python_headers, @jaxext_python (see python_repository) and
+    @jaxext_python_<arch> (python_cross_headers).""",
 )

@@ -1,22 +1,21 @@
 """jaxext's Python requirements (jax, jaxlib) as Bazel dependencies, checked when the build runs.
 
-* `python_requirements_repository` (`@jaxext_python_requirements`): `:deps`, a py_library of the
-  targets a consumer declares as jaxext's requirements (its pip hub's `@pypi//jax`,
-  `@pypi//jaxlib`; module extension tag `python_deps.requirements`, or `jaxext_dependencies(
-  python_requirements = [...])` in WORKSPACE mode). Empty by default: jax then comes from the
-  interpreter's own site-packages, as in jaxext's own test environment. `:python_headers`: the
-  CPython headers the extension modules compile with, the consumer's when it names them (the
-  tag's `python_headers`), else those of the CPython jaxext selected.
-* `python_requirements` (`//jaxext:python_requirements`, a dependency of `//jaxext`): forwards
-  those targets (so that whatever depends on jaxext gets them) and adds a validation action that
-  runs the build's Python toolchain and fails the build, with what to change, when its CPython
-  is not the one of the headers the extension modules compile with (their patchlevel.h) or
-  jax/jaxlib are missing or too old
-  (third_party/python/check_python.py).
+`python_requirements` (`//jaxext:python_requirements`, a dependency of `//jaxext`) takes the
+targets of `@jaxext_python_requirements//:deps` (what a consumer declared as jaxext's jax and
+jaxlib: module extension tag `python_deps.requirements`, or `jaxext_dependencies(
+python_requirements = [...])` in WORKSPACE mode; empty by default, jax then being installed in the
+interpreter) and forwards them, so that whatever depends on jaxext gets them. It adds a validation
+action that runs the build's Python toolchain and fails the build, with what to change, when its
+CPython is not the one of the headers the extension modules compile with (their patchlevel.h) or
+jax/jaxlib are missing or too old (third_party/python/check_python.py). The check runs only when
+the target platform has this machine's CPU (a cross build's interpreter could not run here).
+
+The repository rule behind `@jaxext_python_requirements` lives in python_repository.bzl, which
+loads nothing outside jaxext (WORKSPACE mode loads it before any rule set is defined).
 """
 
 load("@rules_python//python:defs.bzl", "PyInfo")
-load("//third_party:pins.bzl", "JAXLIB_FLOOR")
+load("//third_party:pins.bzl", "JAXLIB_FLOOR", "PYTHON")
 
 _PY_TOOLCHAIN = "@bazel_tools//tools/python:toolchain_type"
 
@@ -34,6 +33,16 @@ def _declared_versions(deps):
     return found
 
 def _python_requirements_impl(ctx):
+    runfiles = ctx.runfiles().merge_all([d[DefaultInfo].default_runfiles for d in ctx.attr.deps])
+    providers = [
+        DefaultInfo(runfiles = runfiles),
+        PyInfo(
+            transitive_sources = depset(transitive = [d[PyInfo].transitive_sources for d in ctx.attr.deps]),
+            imports = depset(transitive = [d[PyInfo].imports for d in ctx.attr.deps]),
+        ),
+    ]
+    if not ctx.target_platform_has_constraint(ctx.attr._host_cpu[platform_common.ConstraintValueInfo]):
+        return providers  # a cross build: its interpreter cannot run on this machine
     runtime = ctx.toolchains[_PY_TOOLCHAIN].py3_runtime
     stamp = ctx.actions.declare_file(ctx.label.name + ".checked.json")
     declared = _declared_versions(ctx.attr.deps)
@@ -46,12 +55,13 @@ def _python_requirements_impl(ctx):
     args.add(ctx.file._script)
     args.add(patchlevel[0])
     args.add(JAXLIB_FLOOR)
+    args.add(",".join(PYTHON["versions"]))
     args.add(stamp)
     args.add_all(["%s=%s" % kv for kv in sorted(declared.items())])
     inputs = [ctx.file._script, patchlevel[0]]
-    if runtime.interpreter != None:
-        interpreter = runtime.interpreter.path
-        inputs = depset(inputs, transitive = [runtime.files] if runtime.files else [])
+    if runtime.interpreter != None:  # an interpreter in the build (a hermetic toolchain's): an input
+        interpreter = runtime.interpreter
+        inputs = depset(inputs + [interpreter], transitive = [runtime.files] if runtime.files else [])
     else:
         interpreter = runtime.interpreter_path
     ctx.actions.run(
@@ -62,15 +72,7 @@ def _python_requirements_impl(ctx):
         mnemonic = "JaxextPythonCheck",
         progress_message = "Checking the Python environment jaxext will run in (%{label})",
     )
-    runfiles = ctx.runfiles().merge_all([d[DefaultInfo].default_runfiles for d in ctx.attr.deps])
-    return [
-        DefaultInfo(runfiles = runfiles),
-        PyInfo(
-            transitive_sources = depset(transitive = [d[PyInfo].transitive_sources for d in ctx.attr.deps]),
-            imports = depset(transitive = [d[PyInfo].imports for d in ctx.attr.deps]),
-        ),
-        OutputGroupInfo(_validation = depset([stamp])),
-    ]
+    return providers + [OutputGroupInfo(_validation = depset([stamp]))]
 
 python_requirements = rule(
     implementation = _python_requirements_impl,
@@ -78,43 +80,9 @@ python_requirements = rule(
         "deps": attr.label_list(providers = [PyInfo]),
         "python_headers": attr.label(mandatory = True, providers = [CcInfo],
                                      doc = "the CPython headers the extension modules compile with"),
+        "_host_cpu": attr.label(default = "@jaxext_python_requirements//:host_cpu", providers = [platform_common.ConstraintValueInfo]),
         "_script": attr.label(default = "//third_party/python:check_python.py", allow_single_file = True),
     },
     toolchains = [_PY_TOOLCHAIN],
     provides = [PyInfo],
-)
-
-def _python_requirements_repository_impl(rctx):
-    deps = ",\n        ".join(['"%s"' % str(label) for label in rctx.attr.packages])
-    headers = str(rctx.attr.python_headers) if rctx.attr.python_headers else "@jaxext_python_headers//:python_headers"
-    rctx.file("BUILD.bazel", """\
-load("@rules_python//python:defs.bzl", "py_library")
-
-package(default_visibility = ["//visibility:public"])
-
-# jaxext's Python requirements as the consumer declared them (empty: the interpreter's own).
-py_library(
-    name = "deps",
-    deps = [
-        {deps}
-    ],
-)
-
-# The CPython headers extension modules compile with: the consumer's, else those of the CPython
-# jaxext selected (@jaxext_python_headers).
-alias(
-    name = "python_headers",
-    actual = "{headers}",
-)
-""".format(deps = deps, headers = headers))
-    rctx.file("WORKSPACE", "")
-
-python_requirements_repository = repository_rule(
-    implementation = _python_requirements_repository_impl,
-    attrs = {
-        "packages": attr.label_list(),
-        "python_headers": attr.label(),
-    },
-    doc = """`:deps`, a py_library of `packages` (jaxext's declared Python requirements), and
-    `:python_headers`, `python_headers` or jaxext's own.""",
 )
