@@ -47,7 +47,7 @@ def _python_requirements_impl(ctx):
     stamp = ctx.actions.declare_file(ctx.label.name + ".checked.json")
     declared = _declared_versions(ctx.attr.deps)
     patchlevel = [h for h in ctx.attr.python_headers[CcInfo].compilation_context.headers.to_list()
-                  if h.basename == "patchlevel.h" and h.dirname.split("/")[-1] != "cpython"]
+                  if h.basename == "patchlevel.h"]
     if len(patchlevel) != 1:
         fail("%s: expected one patchlevel.h (CPython's version) among the headers of %s, found %s" %
              (ctx.label, ctx.attr.python_headers.label, [h.path for h in patchlevel]))
