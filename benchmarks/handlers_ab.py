@@ -49,7 +49,9 @@ itself does not time, added so that every handler of the family runs):
   1000 and 30000), random weights, float64 and float32: the fused arm (spherical_harmonics +
   conv) forward and forward + backward (value_and_grad of sum(out^2) w.r.t. positions and
   weights), the unfused arm (tensor_product + segment_sum) forward + backward; extra: gather +
-  segment_sum, value_and_grad w.r.t. x.
+  segment_sum, value_and_grad w.r.t. x; the tensor product alone on E gathered rows (forward,
+  vjp w.r.t. x) and spherical_harmonics alone (l <= 3, 200000 vectors), whose own differences
+  the layer's time hides.
 
 Every workload's k is fixed (the same for A and B) and sized for ~0.2-0.4 s of timed calls per
 child on a 2-core AVX-512 VM: one round of every family, two children of ~20 s each (compilation
@@ -278,6 +280,17 @@ def equivariant_workloads(nodes=300, edges=6000):
   def fwd_bwd(f):
     return jax.value_and_grad(lambda pos, w, x: jnp.sum(f(pos, w, x) ** 2), argnums=(0, 1))
 
+  # Extra: each handler alone (in the layer above, the tensor product's share and the spherical
+  # harmonics' are small enough to hide a 1.3-1.6x difference of their own): the tensor product
+  # on gathered rows, forward and the vjp w.r.t. x; the harmonics of 200000 vectors, l <= 3.
+  tp_fwd = jax.jit(lambda xs, y, w: eq.tensor_product(xs, y, w, irreps_x, irreps_sh, irreps_out))
+  tp_vjp_x = jax.jit(lambda xs, y, w, ct: jax.vjp(lambda xs: eq.tensor_product(
+      xs, y, w, irreps_x, irreps_sh, irreps_out), xs)[1](ct)[0])
+  sph = jax.jit(lambda v: eq.spherical_harmonics(irreps_sh, v, normalize=False))
+  xs_np = rng.normal(size=(edges, x.shape[1]))
+  ct_np = rng.normal(size=(edges, spec.dims[3]))
+  vec_np = rng.normal(size=(200000, 3))
+  ys_np = rng.normal(size=(edges, 3))
   gather_sum = jax.jit(jax.value_and_grad(
       lambda x: jnp.sum(eq.segment_sum(eq.gather(x, snd), rcv, nodes) ** 2)))
   fused, fused_fb = jax.jit(layer("fused")), jax.jit(fwd_bwd(layer("fused")))
@@ -294,6 +307,14 @@ def equivariant_workloads(nodes=300, edges=6000):
                    lambda a=args: unfused_fb(*a), 7 * k, dtype)
     yield Workload(f"equivariant/gather+segment_sum value+grad {dtype} (extra)",
                    lambda a=args: gather_sum(a[2]), 50 * k, dtype)
+    xs, ct, vec = (jnp.asarray(v, dtype) for v in (xs_np, ct_np, vec_np))
+    ys = sph(jnp.asarray(ys_np, dtype))
+    yield Workload(f"equivariant/tensor_product fwd {dtype} E={edges} (extra)",
+                   lambda a=args, xs=xs, ys=ys: tp_fwd(xs, ys, a[1]), 20 * k, dtype)
+    yield Workload(f"equivariant/tensor_product vjp x {dtype} E={edges} (extra)",
+                   lambda a=args, xs=xs, ys=ys, ct=ct: tp_vjp_x(xs, ys, a[1], ct), 20 * k, dtype)
+    yield Workload(f"equivariant/spherical_harmonics l<=3 {dtype} N=200000 (extra)",
+                   lambda vec=vec: sph(vec), 20 * k, dtype)
 
 
 BUILDERS = {"kepler": kepler_workloads, "limbdark": limbdark_workloads,

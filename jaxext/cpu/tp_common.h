@@ -58,6 +58,13 @@ void AccumulateRow(int mode, const tp::Path* paths, int64_t n_paths, const int64
                    const int64_t* cj, const int64_t* ck, const float* cv, const float* x,
                    const float* y, const float* w, const float* o, float* acc, float* scratch);
 
+// tp::ToMinor and tp::ToMajor of one row, per CPU (tp_common.cc: each irrep block's transpose
+// specialised for its 2l+1, vectorised across the channels).
+void MinorRow(const tp::Term* terms, int64_t n_terms, const double* src, double* dst);
+void MinorRow(const tp::Term* terms, int64_t n_terms, const float* src, float* dst);
+void MajorRow(const tp::Term* terms, int64_t n_terms, const double* src, double* dst);
+void MajorRow(const tp::Term* terms, int64_t n_terms, const float* src, float* dst);
+
 // The Clebsch-Gordan entries for one mode, values in T, each path's entries stably sorted by the
 // mode's group key (tp::GroupKey: entries adding to the same result block are consecutive).
 template <typename T>
@@ -105,8 +112,8 @@ class TpRows {
   // Rows of the four slots (the result slot's is ignored).
   void Add(const T* x, const T* y, const T* w, const T* o) {
     const int m = a_.mode;
-    if (m != tp::kX) tp::ToMinor(a_.x_terms, a_.n_x_terms, x, x_minor_.data());
-    if (m != tp::kOut) tp::ToMinor(a_.out_terms, a_.n_out_terms, o, o_minor_.data());
+    if (m != tp::kX) MinorRow(a_.x_terms, a_.n_x_terms, x, x_minor_.data());
+    if (m != tp::kOut) MinorRow(a_.out_terms, a_.n_out_terms, o, o_minor_.data());
     AddMinor(m != tp::kX ? x_minor_.data() : nullptr, y, w,
              m != tp::kOut ? o_minor_.data() : nullptr);
   }
@@ -121,9 +128,9 @@ class TpRows {
 
   void Store(T* dst) const {
     if (a_.mode == tp::kX) {
-      tp::ToMajor(a_.x_terms, a_.n_x_terms, acc_.data(), dst);
+      MajorRow(a_.x_terms, a_.n_x_terms, acc_.data(), dst);
     } else if (a_.mode == tp::kOut) {
-      tp::ToMajor(a_.out_terms, a_.n_out_terms, acc_.data(), dst);
+      MajorRow(a_.out_terms, a_.n_out_terms, acc_.data(), dst);
     } else {
       std::copy(acc_.begin(), acc_.end(), dst);
     }
@@ -135,14 +142,14 @@ class TpRows {
   std::vector<T> x_minor_, o_minor_, acc_, scratch_;
 };
 
-// Channel-minor copies of `rows` rows of `dim` values laid out in `terms` (tp::ToMinor), over
+// Channel-minor copies of `rows` rows of `dim` values laid out in `terms` (MinorRow), over
 // the calling thread (a convolution's node rows: little beside the work of their edges).
 template <typename T>
 std::shared_ptr<std::vector<T>> MinorRows(const tp::Term* terms, int64_t n_terms, const T* src,
                                           int64_t rows, int64_t dim) {
   auto out = std::make_shared<std::vector<T>>(static_cast<size_t>(rows * dim));
   for (int64_t r = 0; r < rows; ++r) {
-    tp::ToMinor(terms, n_terms, src + r * dim, out->data() + r * dim);
+    MinorRow(terms, n_terms, src + r * dim, out->data() + r * dim);
   }
   return out;
 }

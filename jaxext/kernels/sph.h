@@ -22,9 +22,12 @@ constexpr int kMaxL = 12;
 
 JAXEXT_HD constexpr int Size(int lmax) { return (lmax + 1) * (lmax + 1); }
 
-// out[Size(lmax)]; norms[Size(lmax)] as described above.
+// out[Size(lmax)]; norms[Size(lmax)] as described above. Inlined into the CPU's per-CPU clones
+// of its row loop (jaxext/cpu/sph_cpu.cc), which pass lmax as a constant: the loops then unroll
+// completely (their C and S values in registers, the divisions folded); with a runtime lmax
+// (the CUDA kernel) they stay loops.
 template <typename T>
-JAXEXT_HD_FUNC void SolidHarmonics(int lmax, T x, T y, T z, const T* norms, T* out) {
+JAXEXT_HD_CLONED void SolidHarmonics(int lmax, T x, T y, T z, const T* norms, T* out) {
   const T X = z, Y = x, Z = y;
   const T r2 = X * X + Y * Y + Z * Z;
   // C and S of the two previous degrees and the current one, indexed by m.
@@ -32,6 +35,7 @@ JAXEXT_HD_FUNC void SolidHarmonics(int lmax, T x, T y, T z, const T* norms, T* o
   c[0][0] = T(1);
   s[0][0] = T(0);
   out[0] = norms[0];
+  JAXEXT_UNROLL_ALL
   for (int l = 1; l <= lmax; ++l) {
     const int cur = l % 3, p1 = (l + 2) % 3, p2 = (l + 1) % 3;  // l, l-1, l-2
     const T f = T(2 * l - 1);
@@ -39,6 +43,7 @@ JAXEXT_HD_FUNC void SolidHarmonics(int lmax, T x, T y, T z, const T* norms, T* o
     s[cur][l] = f * (Y * c[p1][l - 1] + X * s[p1][l - 1]);
     c[cur][l - 1] = f * Z * c[p1][l - 1];
     s[cur][l - 1] = f * Z * s[p1][l - 1];
+    JAXEXT_UNROLL_ALL
     for (int m = l - 2; m >= 0; --m) {
       const T inv = T(1) / T(l - m);
       c[cur][m] = (f * Z * c[p1][m] - T(l + m - 1) * r2 * c[p2][m]) * inv;
@@ -46,6 +51,7 @@ JAXEXT_HD_FUNC void SolidHarmonics(int lmax, T x, T y, T z, const T* norms, T* o
     }
     const int base = l * l + l;
     out[base] = norms[base] * c[cur][0];
+    JAXEXT_UNROLL_ALL
     for (int m = 1; m <= l; ++m) {
       out[base + m] = norms[base + m] * c[cur][m];
       out[base - m] = norms[base - m] * s[cur][m];
