@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "jaxext/cpu/clones.h"
 #include "jaxext/cpu/parallel.h"
@@ -33,28 +34,20 @@ JAXEXT_HD void SphRowsL(const T* __restrict__ v, const double* __restrict__ nrm,
   }
 }
 
-// ... per lmax and per CPU (AVX-512 / AVX2 / baseline clones, each with its own code): the
+// ... for the lmax among Ls (a chain of compares, each SphRowsL inlined).
+template <typename T, int... Ls>
+JAXEXT_HD void SphRowsAnyL(std::integer_sequence<int, Ls...>, int l, const T* v, const double* nrm,
+                           int64_t begin, int64_t end, T* y) {
+  (void)((l == Ls && (SphRowsL<Ls>(v, nrm, begin, end, y), true)) || ...);
+}
+
+// ... for lmax = 0..kMaxL, per CPU (AVX-512 / AVX2 / baseline clones, each with its own code): the
 // recurrence compiled once for baseline x86-64 with a runtime lmax, clang's code ran 1.6x GCC's
 // (its loops kept, a division per term).
-static_assert(sph::kMaxL == 12, "SphRows' cases are lmax = 0..12");
 #define JAXEXT_SPH_ROWS(T)                                                                      \
   JAXEXT_CPU_CLONES void SphRows(int l, const T* v, const double* nrm, int64_t begin,           \
                                  int64_t end, T* y) {                                           \
-    switch (l) {                                                                                \
-      case 0: return SphRowsL<0>(v, nrm, begin, end, y);                                        \
-      case 1: return SphRowsL<1>(v, nrm, begin, end, y);                                        \
-      case 2: return SphRowsL<2>(v, nrm, begin, end, y);                                        \
-      case 3: return SphRowsL<3>(v, nrm, begin, end, y);                                        \
-      case 4: return SphRowsL<4>(v, nrm, begin, end, y);                                        \
-      case 5: return SphRowsL<5>(v, nrm, begin, end, y);                                        \
-      case 6: return SphRowsL<6>(v, nrm, begin, end, y);                                        \
-      case 7: return SphRowsL<7>(v, nrm, begin, end, y);                                        \
-      case 8: return SphRowsL<8>(v, nrm, begin, end, y);                                        \
-      case 9: return SphRowsL<9>(v, nrm, begin, end, y);                                        \
-      case 10: return SphRowsL<10>(v, nrm, begin, end, y);                                      \
-      case 11: return SphRowsL<11>(v, nrm, begin, end, y);                                      \
-      default: return SphRowsL<12>(v, nrm, begin, end, y);                                      \
-    }                                                                                           \
+    SphRowsAnyL(std::make_integer_sequence<int, sph::kMaxL + 1>(), l, v, nrm, begin, end, y);   \
   }
 JAXEXT_SPH_ROWS(float)
 JAXEXT_SPH_ROWS(double)

@@ -18,60 +18,37 @@ JAXEXT_TP_ACCUMULATE(double)
 JAXEXT_TP_ACCUMULATE(float)
 #undef JAXEXT_TP_ACCUMULATE
 
-// The layout changes around those loops, per block: (u, m) <-> (m, u) for mul channels u and
-// D = 2l+1 components m. With D a compile-time constant the channel loop is one group of D
-// interleaved loads (or stores) the vectoriser turns into shuffles; tp::ToMinor / ToMajor (a
-// runtime D, compiled once for baseline x86-64 where they are called) cost as much as the
-// product's own loops in float32 rows. Forced inline into the clones, not in an anonymous
-// namespace: see clones.h.
+// The layout changes around those loops, block by block, with each block's 2l+1 (l <= 7) a
+// compile-time constant of tp::BlockToMinor / BlockToMajor: compiled once for baseline x86-64 with
+// a runtime 2l+1 (as they were, called from tp_common.h), they cost as much as the product's own
+// loops in float32 rows. Not in an anonymous namespace: see clones.h.
 namespace tp_layout {
 
-template <typename T, int D>
-JAXEXT_HD void BlockToMinor(int64_t mul, const T* __restrict__ src, T* __restrict__ dst) {
-  for (int64_t u = 0; u < mul; ++u) {
-    for (int m = 0; m < D; ++m) dst[m * mul + u] = src[u * D + m];
+// D = 2l+1 for l <= 7 as a constant, any other block at run time (kD = 0).
+template <typename T, bool kToMinor, int kD>
+JAXEXT_HD void Block(const tp::Term& b, const T* src, T* dst) {
+  if constexpr (kToMinor) {
+    tp::BlockToMinor<T, kD>(b, src, dst);
+  } else {
+    tp::BlockToMajor<T, kD>(b, src, dst);
   }
 }
 
-template <typename T, int D>
-JAXEXT_HD void BlockToMajor(int64_t mul, const T* __restrict__ src, T* __restrict__ dst) {
-  for (int64_t u = 0; u < mul; ++u) {
-    for (int m = 0; m < D; ++m) dst[u * D + m] = src[m * mul + u];
-  }
-}
-
-// D = 1, 3, ..., 15 (l <= 7) specialised; any other block as tp.h's loops.
 template <typename T, bool kToMinor>
 JAXEXT_HD void Blocks(const tp::Term* terms, int64_t n_terms, const T* src, T* dst) {
   for (int64_t t = 0; t < n_terms; ++t) {
     const tp::Term b = terms[t];
-    const T* s = src + b.offset;
-    T* d = dst + b.offset;
-#define JAXEXT_TP_BLOCK(D)                                                 \
-  case D:                                                                  \
-    if constexpr (kToMinor) {                                              \
-      BlockToMinor<T, D>(b.mul, s, d);                                     \
-    } else {                                                               \
-      BlockToMajor<T, D>(b.mul, s, d);                                     \
-    }                                                                      \
-    break;
     switch (b.d) {
-      JAXEXT_TP_BLOCK(1)
-      JAXEXT_TP_BLOCK(3)
-      JAXEXT_TP_BLOCK(5)
-      JAXEXT_TP_BLOCK(7)
-      JAXEXT_TP_BLOCK(9)
-      JAXEXT_TP_BLOCK(11)
-      JAXEXT_TP_BLOCK(13)
-      JAXEXT_TP_BLOCK(15)
-      default:
-        if constexpr (kToMinor) {
-          tp::ToMinor(&b, 1, src, dst);
-        } else {
-          tp::ToMajor(&b, 1, src, dst);
-        }
+      case 1: Block<T, kToMinor, 1>(b, src, dst); break;
+      case 3: Block<T, kToMinor, 3>(b, src, dst); break;
+      case 5: Block<T, kToMinor, 5>(b, src, dst); break;
+      case 7: Block<T, kToMinor, 7>(b, src, dst); break;
+      case 9: Block<T, kToMinor, 9>(b, src, dst); break;
+      case 11: Block<T, kToMinor, 11>(b, src, dst); break;
+      case 13: Block<T, kToMinor, 13>(b, src, dst); break;
+      case 15: Block<T, kToMinor, 15>(b, src, dst); break;
+      default: Block<T, kToMinor, 0>(b, src, dst);
     }
-#undef JAXEXT_TP_BLOCK
   }
 }
 

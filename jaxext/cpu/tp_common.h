@@ -58,8 +58,8 @@ void AccumulateRow(int mode, const tp::Path* paths, int64_t n_paths, const int64
                    const int64_t* cj, const int64_t* ck, const float* cv, const float* x,
                    const float* y, const float* w, const float* o, float* acc, float* scratch);
 
-// tp::ToMinor and tp::ToMajor of one row, per CPU (tp_common.cc: each irrep block's transpose
-// specialised for its 2l+1, vectorised across the channels).
+// One row's blocks through tp::BlockToMinor / BlockToMajor, per CPU (tp_common.cc: each block's
+// transpose specialised for its 2l+1, vectorised across the channels).
 void MinorRow(const tp::Term* terms, int64_t n_terms, const double* src, double* dst);
 void MinorRow(const tp::Term* terms, int64_t n_terms, const float* src, float* dst);
 void MajorRow(const tp::Term* terms, int64_t n_terms, const double* src, double* dst);

@@ -38,25 +38,24 @@ struct Term {
 };
 constexpr int kTermFields = 3;
 
-// Channel-major (u, m) blocks of `src` to channel-minor (m, u) in `dst`, block by block.
-template <typename T>
-JAXEXT_HD_FUNC void ToMinor(const Term* terms, int64_t n_terms, const T* src, T* dst) {
-  for (int64_t t = 0; t < n_terms; ++t) {
-    const Term b = terms[t];
-    for (int64_t u = 0; u < b.mul; ++u) {
-      for (int64_t m = 0; m < b.d; ++m) dst[b.offset + m * b.mul + u] = src[b.offset + u * b.d + m];
-    }
+// Block b of `src`, channel-major (u, m), to channel-minor (m, u) in `dst` (both at b.offset).
+// kD: the block's 2l+1 when the caller knows it at compile time (the loop over m then unrolls and
+// the loop over u vectorises as one group of interleaved loads: jaxext/cpu/tp_common.cc), else 0
+// (b.d at run time).
+template <typename T, int kD = 0>
+JAXEXT_HD_CLONED void BlockToMinor(const Term& b, const T* __restrict__ src, T* __restrict__ dst) {
+  const int64_t d = kD > 0 ? kD : b.d;
+  for (int64_t u = 0; u < b.mul; ++u) {
+    for (int64_t m = 0; m < d; ++m) dst[b.offset + m * b.mul + u] = src[b.offset + u * d + m];
   }
 }
 
-// The inverse of ToMinor.
-template <typename T>
-JAXEXT_HD_FUNC void ToMajor(const Term* terms, int64_t n_terms, const T* src, T* dst) {
-  for (int64_t t = 0; t < n_terms; ++t) {
-    const Term b = terms[t];
-    for (int64_t u = 0; u < b.mul; ++u) {
-      for (int64_t m = 0; m < b.d; ++m) dst[b.offset + u * b.d + m] = src[b.offset + m * b.mul + u];
-    }
+// The inverse of BlockToMinor.
+template <typename T, int kD = 0>
+JAXEXT_HD_CLONED void BlockToMajor(const Term& b, const T* __restrict__ src, T* __restrict__ dst) {
+  const int64_t d = kD > 0 ? kD : b.d;
+  for (int64_t u = 0; u < b.mul; ++u) {
+    for (int64_t m = 0; m < d; ++m) dst[b.offset + u * d + m] = src[b.offset + m * b.mul + u];
   }
 }
 
