@@ -90,8 +90,9 @@ def _register_library(platform: str, path: str) -> list[str]:
   lib = ctypes.CDLL(os.path.abspath(path))
   _libraries[platform] = lib
   if platform == "cpu":
-    fn = lib.JaxextRegisterNativeFunction
-    fn.argtypes, fn.restype = [ctypes.c_int64, ctypes.c_size_t], ctypes.c_int
+    for symbol in ("JaxextRegisterNativeFunction", "JaxextRegisterNativeLanes"):
+      fn = getattr(lib, symbol)
+      fn.argtypes, fn.restype = [ctypes.c_int64, ctypes.c_size_t], ctypes.c_int
   names = []
   for name, symbol in _SYMBOLS.items():
     fn = getattr(lib, symbol.format("Cpu" if platform == "cpu" else "Cuda"))
@@ -137,18 +138,23 @@ def register_all() -> dict[str, tuple[str, ...]]:
     return _registered
 
 
-def register_native_function(function_id: int, address: int) -> None:
+def register_native_function(function_id: int, address: int, *, lanes: bool = False) -> None:
   """Makes a native function compiled in this process (Numba: numba_kernel entry points, ODE
   right-hand sides, events, Jacobians) known to the CPU handlers under its content id, in the
-  extension module or in the handler library, whichever registered the handlers."""
+  extension module or in the handler library, whichever registered the handlers. lanes=True: the
+  address is the lanes form of the function registered under function_id (an ODE right-hand side
+  evaluated for 8 trajectories at once, jaxext/cpu/ode_cpu_internal.h's NativeRhsLanes)."""
   if not address:
     raise ValueError("null native function address")
   register_all()
   lib = _libraries.get("cpu")
   if lib is None:
-    _load("cpu").register_native_function(function_id, address)
+    module = _load("cpu")
+    (module.register_native_lanes if lanes else module.register_native_function)(
+        function_id, address)
     return
-  if lib.JaxextRegisterNativeFunction(function_id, address) != 0:
+  register = lib.JaxextRegisterNativeLanes if lanes else lib.JaxextRegisterNativeFunction
+  if register(function_id, address) != 0:
     raise ValueError("null native function address")
 
 

@@ -59,6 +59,13 @@ PYBIND11_MODULE(_cpu_ops, m) {
         jaxext::cpu::RegisterNativeFunction(id, address);
       },
       py::arg("function_id"), py::arg("address"));
+  m.def(
+      "register_native_lanes",
+      [](int64_t id, uintptr_t address) {
+        if (address == 0) throw py::value_error("null native function address");
+        jaxext::cpu::RegisterNativeLanes(id, address);
+      },
+      py::arg("function_id"), py::arg("address"));
   m.def("ode_simd_lane_runs", &jaxext::cpu::OdeSimdLaneRuns);
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 }

@@ -22,6 +22,15 @@ F LookupNativeFunctionAs(int64_t id) {
   return reinterpret_cast<F>(LookupNativeFunction(id));
 }
 
+// A second form of the function registered under `id`: its lanes form (jaxext.ode's right-hand
+// sides, ode_cpu_internal.h's NativeRhsLanes), which a handler may use instead when present.
+void RegisterNativeLanes(int64_t id, uintptr_t address);
+uintptr_t LookupNativeLanes(int64_t id);
+template <typename F>
+F LookupNativeLanesAs(int64_t id) {
+  return reinterpret_cast<F>(LookupNativeLanes(id));
+}
+
 }  // namespace cpu
 }  // namespace jaxext
 

@@ -28,17 +28,6 @@ namespace {
 using namespace ode_internal;  // NOLINT: this handler's own internals (ode_cpu_internal.h)
 
 template <typename T>
-struct UserRhs {
-  NativeRhs<T> fn;
-  const T* p;
-  bool operator()(T t, const T* y, T* dydt) const {
-    int32_t status = 0;
-    fn(t, y, p, dydt, &status);
-    return status == 0;
-  }
-};
-
-template <typename T>
 using NativeJacobian = void (*)(T, const T*, const T*, T*, T*, int32_t*);
 
 template <typename T>
@@ -63,8 +52,9 @@ ffi::Error Invalid(std::string message) {
   return ffi::Error::InvalidArgument("jaxext.ode.dop853: " + message);
 }
 
-// The built-in models one trajectory per lane, in scalar code (JAXEXT_ODE_SIMD=0: same results;
-// for comparisons and debugging).
+// The built-in models one trajectory per lane, in scalar code (JAXEXT_ODE_SIMD=0, which also
+// keeps a user's right-hand side out of the SIMD lanes: same results; for comparisons and
+// debugging).
 template <typename T, typename Rhs>
 struct ScalarRhs {
   Rhs rhs;
@@ -103,6 +93,7 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
 
   orbit::Model<T> model;
   NativeRhs<T> user = nullptr;
+  NativeRhsLanes<T> user_lanes = nullptr;
   NativeJacobian<T> user_jacobian = nullptr;
   if (a.rhs_id == 0) {
     if (!model.Decode(a.model.begin(), static_cast<int64_t>(a.model.size()))) {
@@ -122,6 +113,7 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
               "' is not compiled in this process (an exported or cached executable "
               "needs jaxext.ode.dop853 called once with the same function first)"));
     }
+    user_lanes = LookupNativeLanesAs<NativeRhsLanes<T>>(a.rhs_id);  // (optional)
     if (sensitivities) {
       user_jacobian = LookupNativeFunctionAs<NativeJacobian<T>>(a.jac_id);
       if (user_jacobian == nullptr) {
@@ -181,6 +173,13 @@ ffi::Future Dop853Typed(ffi::ThreadPool pool, ffi::AnyBuffer y0, ffi::AnyBuffer 
     constexpr bool f32 = std::is_same_v<T, float>;
     if (!sensitivities) {
       if (user != nullptr) {
+        if (simd && user_lanes != nullptr && n <= dop853::kMaxLaneRowsState) {
+          if constexpr (f32) {
+            return RunUserLanesF32(job, MakeUserLanesRhs<T>{user, user_lanes});
+          } else {
+            return RunUserLanesF64(job, MakeUserLanesRhs<T>{user, user_lanes});
+          }
+        }
         return RunLanes(job, [user](const T* p, T*) { return UserRhs<T>{user, p}; });
       }
       if (!simd) {

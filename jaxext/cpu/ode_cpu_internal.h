@@ -30,6 +30,11 @@ template <typename T>
 using NativeRhs = void (*)(T, const T*, const T*, T*, int32_t*);
 template <typename T>
 using NativeEvent = T (*)(T, const T*, const T*, int32_t*);
+// A right-hand side's lanes form (jaxext/ode/_native.py): kLanes trajectories at once, each
+// array lane-major (element i of lane l at [i * kLanes + l]): times t (kLanes), states y (n rows),
+// parameters p (np rows) into dydt (n rows); status[l] set when lane l's call raised.
+template <typename T>
+using NativeRhsLanes = void (*)(const T*, const T*, const T*, T*, int32_t*);
 
 // Trajectories integrated side by side per thread (RunLanes), and the SIMD width of the built-in
 // models' evaluation across them.
@@ -90,12 +95,43 @@ struct ModelRhs {
   }
 };
 
-// Right-hand sides that evaluate kLanes trajectories' stages at once (ModelRhs::EvalLanes), and
-// the state size they integrate (0 for the others).
+// A user's right-hand side (compiled by Numba), one trajectory (parameters p) per call.
+template <typename T>
+struct UserRhs {
+  NativeRhs<T> fn;
+  const T* p;
+  bool operator()(T t, const T* y, T* dydt) const {
+    int32_t status = 0;
+    fn(t, y, p, dydt, &status);
+    return status == 0;
+  }
+};
+
+// The same with its lanes form (NativeRhsLanes), which RunLanes calls once per stage for kLanes
+// trajectories whose workspaces interleave (the state size known at run time, at most
+// dop853::kMaxLaneRowsState): the stage sums and error norms as SIMD vectors, one call into the
+// user's code for all lanes. The scalar form still serves the rest (the first step, the dense
+// output's extra stages).
+template <typename T>
+struct UserLanesRhs : UserRhs<T> {
+  NativeRhsLanes<T> lanes;
+  // t: the lanes' times; y, p, dydt: lane-major rows; status: kLanes flags (zeroed by the caller).
+  void EvalLaneRows(const T* t, const T* y, const T* p, T* dydt, int32_t* status) const {
+    lanes(t, y, p, dydt, status);
+  }
+};
+
+// Right-hand sides that evaluate kLanes trajectories' stages at once: as SIMD values of a static
+// state size (ModelRhs::EvalLanes), or from lane-major rows of a size known at run time
+// (UserLanesRhs::EvalLaneRows); and the state size they integrate (0 for the others).
 template <typename Rhs, typename = void>
 struct EvaluatesLanes : std::false_type {};
 template <typename Rhs>
 struct EvaluatesLanes<Rhs, std::void_t<decltype(&Rhs::EvalLanes)>> : std::true_type {};
+template <typename Rhs, typename = void>
+struct EvaluatesLaneRows : std::false_type {};
+template <typename Rhs>
+struct EvaluatesLaneRows<Rhs, std::void_t<decltype(&Rhs::EvalLaneRows)>> : std::true_type {};
 template <typename Rhs>
 constexpr int LaneStateOf() {
   if constexpr (EvaluatesLanes<Rhs>::value) {
@@ -230,15 +266,22 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
   int32_t *stats = job.stats, *counts = job.counts;
   using Rhs = decltype(make_rhs(params, static_cast<T*>(nullptr)));
   // The built-in models (lanes evaluated at once) integrate a state size known at compile time
-  // (6, or 6 with its sensitivities), the error controlled on its first 6 components.
-  constexpr bool kVector = EvaluatesLanes<Rhs>::value;
+  // (6, or 6 with its sensitivities), the error controlled on its first 6 components. A user's
+  // lanes (kRows) integrate the state alone, of a size known at run time.
+  constexpr bool kRows = EvaluatesLaneRows<Rhs>::value;
+  constexpr bool kVector = EvaluatesLanes<Rhs>::value || kRows;
   constexpr int kStaticN = LaneStateOf<Rhs>();
   using Integrator = dop853::Integrator<T, Rhs, EventSet<T>, kStaticN, kVector ? kLanes : 1,
-                                        kVector ? orbit::kStateSize : 0>;
+                                        kVector && !kRows ? orbit::kStateSize : 0>;
   constexpr int32_t kRunning = Integrator::kRunning;
-  if (kVector && (n != orbit::kStateSize || n_aug != kStaticN)) {
+  if (kVector && !kRows && (n != orbit::kStateSize || n_aug != kStaticN)) {
     return ffi::Error(ffi::ErrorCode::kInternal,
                       "jaxext.ode.dop853: the built-in models' lanes got a state of the "
+                      "wrong size");
+  }
+  if (kRows && (n_aug != n || n > dop853::kMaxLaneRowsState)) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      "jaxext.ode.dop853: a right-hand side's lanes got a state of the "
                       "wrong size");
   }
   if constexpr (kVector) simd_lane_runs.fetch_add(1, std::memory_order_relaxed);
@@ -279,6 +322,8 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
                              kVector ? interleaved.data() + k : lane[k].work.data());
   }
   T lane_p[kLanes] = {};  // each lane's first parameter (the built-in models' drag B)
+  // A user's lanes: every lane's parameters as lane-major rows (np x kLanes).
+  std::vector<T> lane_params(kRows ? np * kLanes : 0);
   auto failed = [&](int64_t j) {
     return ffi::Error(ffi::ErrorCode::kInternal,
                       "jaxext.ode.dop853: the user function of '" + std::string(a.name) +
@@ -297,6 +342,9 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
       const T* p = params + j * np;
       l.rhs = make_rhs(p, l.scratch.data());
       if (np > 0) lane_p[k] = p[0];
+      if constexpr (kRows) {
+        for (int64_t i = 0; i < np; ++i) lane_params[i * kLanes + k] = p[i];
+      }
       l.events.p = p;
       l.out = dop853::Outputs<T>{t_eval,
                                  m,
@@ -345,6 +393,9 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
       for (int64_t e = 0; e < work_size; ++e) {
         interleaved[e * kLanes + k] = interleaved[e * kLanes + from];
       }
+      for (int64_t i = 0; i < static_cast<int64_t>(lane_params.size()) / kLanes; ++i) {
+        lane_params[i * kLanes + k] = lane_params[i * kLanes + from];
+      }
     }
   }
   // Stages S..kStages of every busy lane, lane after lane within each stage, or as vectors of
@@ -353,7 +404,22 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
   using V = ModelLanes<T>;
   auto stages = [&](auto self, auto stage, const V& h, const V& p) -> int64_t {
     constexpr int S = decltype(stage)::value;
-    if constexpr (kVector) {
+    if constexpr (kRows) {
+      // One call for every lane (idle ones included: what they compute, and whether their
+      // call raised, is never read).
+      int32_t status[kLanes] = {};
+      Integrator::template StageLaneRows<S>(
+          integrators.data(), h, [&](const T* t, const T* y, T* f) {
+            lane[0].rhs.EvalLaneRows(t, y, lane_params.data(), f, status);
+            return true;
+          });
+      for (int k = 0; k < lanes; ++k) {
+        if (lane[k].j >= 0 && status[k] != 0) {
+          integrators[k].Fail(lane[k].out);
+          return lane[k].j;
+        }
+      }
+    } else if constexpr (kVector) {
       // Every lane's right-hand side is the same model (lane 0's), with each lane's p.
       Integrator::template StageLanes<S>(integrators.data(), h, [&](const V* y, V* f) {
         lane[0].rhs.EvalLanes(y, &p, f);
@@ -381,7 +447,10 @@ ffi::Error RunLanes(const Job<T>& job, MakeRhs make_rhs) {
       T h[kLanes] = {};
       for (int k = 0; k < lanes; ++k) h[k] = lane[k].j >= 0 ? integrators[k].StepSize() : T(0);
       const V hv = V::FromArray(h), pv = V::FromArray(lane_p);
-      stages(stages, std::integral_constant<int, 1>(), hv, pv);  // (the models cannot fail)
+      // (the built-in models cannot fail; a user's lanes can)
+      if (const int64_t j = stages(stages, std::integral_constant<int, 1>(), hv, pv); j >= 0) {
+        return failed(j);
+      }
       Integrator::ErrorNormLanes(integrators.data(), hv, norms);
     } else if (const int64_t j = stages(stages, std::integral_constant<int, 1>(), V(), V());
                j >= 0) {
@@ -421,8 +490,16 @@ struct MakeModelVariational {
         {ModelJacobian<T>{model, p, np}, n, np, scratch, scratch + n * n}};
   }
 };
+// A user's right-hand side with its lanes form (UserLanesRhs).
+template <typename T>
+struct MakeUserLanesRhs {
+  NativeRhs<T> fn;
+  NativeRhsLanes<T> lanes;
+  UserLanesRhs<T> operator()(const T* p, T*) const { return UserLanesRhs<T>{{fn, p}, lanes}; }
+};
 #define JAXEXT_ODE_RUN_LANES_DECLARE(T, SUFFIX)                                      \
   ffi::Error RunModelLanes##SUFFIX(const Job<T>& job, MakeModelRhs<T> make_rhs);    \
+  ffi::Error RunUserLanes##SUFFIX(const Job<T>& job, MakeUserLanesRhs<T> make_rhs); \
   ffi::Error RunVariationalLanes##SUFFIX##P0(const Job<T>& job,                      \
                                              MakeModelVariational<T, 0> make_rhs);   \
   ffi::Error RunVariationalLanes##SUFFIX##P1(const Job<T>& job,                      \
@@ -451,6 +528,10 @@ JAXEXT_ODE_RUN_LANES_DECLARE(double, F64)
   }                                                                                             \
   JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN ffi::Error RunModelLanes##SUFFIX(                        \
       const Job<T>& job, MakeModelRhs<T> make_rhs) {                                            \
+    return RunLanes<T>(job, make_rhs);                                                          \
+  }                                                                                             \
+  JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN ffi::Error RunUserLanes##SUFFIX(                         \
+      const Job<T>& job, MakeUserLanesRhs<T> make_rhs) {                                        \
     return RunLanes<T>(job, make_rhs);                                                          \
   }                                                                                             \
   JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN ffi::Error RunVariationalLanes##SUFFIX##P0(              \

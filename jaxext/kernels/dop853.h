@@ -222,15 +222,19 @@ JAXEXT_HD_FUNC void Sensitivities(int64_t n, int64_t np, const T* dfdy, const T*
 // The error is controlled on the first n_control components of the state (n_control <= n).
 // kStaticN > 0: the state size is known at compile time (n = kStaticN), so that the loops over
 // components unroll (the CPU handler's built-in models).
-// kStride > 1 (needs kStaticN): the workspace's elements lie kStride apart, kStride integrators'
-// workspaces interleaved (the l-th at work + l), which StageLanes and ErrorNormLanes advance as
-// SIMD lanes; rhs and events still see contiguous states (copied through a row of kStaticN).
+// kStride > 1: the workspace's elements lie kStride apart, kStride integrators' workspaces
+// interleaved (the l-th at work + l), which StageLanes (kStaticN > 0) or StageLaneRows (a state
+// size known at run time, at most kMaxLaneRowsState) and ErrorNormLanes advance as SIMD lanes;
+// rhs and events still see contiguous states (copied through a row).
 // kStaticNControl: n_control known at compile time (kStaticN by default; 0: not known).
+constexpr int kMaxLaneRowsState = 64;
 template <typename T, typename Rhs, typename Events, int kStaticN = 0, int kStride = 1,
           int kStaticNControl = kStaticN>
 class Integrator {
-  static_assert(kStride == 1 || (kStaticN > 0 && kStaticNControl > 0),
-                "interleaved workspaces need static sizes");
+  static_assert(kStride == 1 || (kStaticN > 0) == (kStaticNControl > 0),
+                "interleaved workspaces: both sizes static, or both known at run time");
+  // The contiguous row of one lane's state (kStride > 1).
+  static constexpr int kRowSize = kStride == 1 ? 1 : (kStaticN > 0 ? kStaticN : kMaxLaneRowsState);
 
  public:
   JAXEXT_HD_FUNC Integrator(Rhs& rhs, Events& events, int n, int n_control,
@@ -465,7 +469,8 @@ class Integrator {
   // lanes at once (it cannot fail: the built-in models).
   template <int S, typename V, typename VectorRhs>
   static JAXEXT_HD void StageLanes(Integrator* lanes, const V& h, VectorRhs&& rhs) {
-    static_assert(kStride > 1, "StageLanes is for interleaved integrators");
+    static_assert(kStride > 1 && kStaticN > 0, "StageLanes is for interleaved integrators "
+                  "of a static state size");
     constexpr int n = kStaticN;
     const Integrator& first = lanes[0];  // lane l's element i: first's pointer + At(i) + l
     V y[n], f[n];
@@ -483,15 +488,44 @@ class Integrator {
     for (int l = 0; l < kStride; ++l) ++lanes[l].nfev_;
   }
 
+  // Stage S of every lane for a state size known at run time (kStaticN = 0), as Stage<S> does for
+  // one: the stage states are formed as vectors into the workspace, where they lie as lane-major
+  // rows (element i of the kStride lanes side by side, at rows[i * kStride + l]), and
+  // `rhs(const T* t, const T* y, T* dydt)` evaluates all lanes at once from such rows (t: each
+  // lane's stage time) into K[S]'s rows. Returns what rhs returns (false: it failed; the caller
+  // finds which lane).
+  template <int S, typename V, typename RowsRhs>
+  static JAXEXT_HD bool StageLaneRows(Integrator* lanes, const V& h, RowsRhs&& rhs) {
+    static_assert(kStride > 1 && kStaticN == 0, "StageLaneRows is for interleaved integrators "
+                  "of a state size known at run time");
+    const Integrator& first = lanes[0];
+    const int n = first.N();
+    T* state = S < kStages ? first.tmp_ : first.y_new_;
+    for (int i = 0; i < n; ++i) {
+      V acc = T(0);
+      JAXEXT_UNROLL_ALL
+      for (int j = 0; j < S; ++j) {
+        if (kA[S][j] != 0) acc += V(T(kA[S][j])) * V::Load(first.k_ + At(j * n + i));
+      }
+      (V::Load(first.y_ + At(i)) + acc * h).Store(state + At(i));
+    }
+    T t[kStride];
+    for (int l = 0; l < kStride; ++l) {
+      t[l] = lanes[l].t_ + T(kC[S]) * h[l];
+      ++lanes[l].nfev_;
+    }
+    return rhs(static_cast<const T*>(t), static_cast<const T*>(state), first.k_ + At(S * n));
+  }
+
   // The error norms of every lane's attempt (after StageLanes<kStages>), as ErrorNorm computes
   // each: err[l] for lane l, for Conclude(out, err[l]).
   template <typename V>
   static JAXEXT_HD void ErrorNormLanes(const Integrator* lanes, const V& h, T* err) {
     static_assert(kStride > 1, "ErrorNormLanes is for interleaved integrators");
-    constexpr int n = kStaticN;
     const Integrator& first = lanes[0];
+    const int n = first.N(), n_control = first.NC();
     V e5 = T(0), e3 = T(0);
-    for (int i = 0; i < kStaticNControl; ++i) {
+    for (int i = 0; i < n_control; ++i) {
       const V a = fabs(V::Load(first.y_ + At(i))), b = fabs(V::Load(first.y_new_ + At(i)));
       const V scale = V(first.s_.atol[i]) + V::Max(a, b) * V(first.s_.rtol[i]);
       V s5 = T(0), s3 = T(0);
@@ -506,7 +540,7 @@ class Integrator {
       e5 += s5 * s5;
       e3 += s3 * s3;
     }
-    for (int l = 0; l < kStride; ++l) err[l] = NormOf(h[l], e5[l], e3[l], kStaticNControl);
+    for (int l = 0; l < kStride; ++l) err[l] = NormOf(h[l], e5[l], e3[l], n_control);
   }
 
  private:
@@ -518,7 +552,8 @@ class Integrator {
     if constexpr (kStride == 1) {
       return x;
     } else {
-      for (int i = 0; i < kStaticN; ++i) row_[i] = x[At(i)];
+      const int n = N();
+      for (int i = 0; i < n; ++i) row_[i] = x[At(i)];
       return row_;
     }
   }
@@ -532,7 +567,8 @@ class Integrator {
       return rhs_(t, y, f);
     } else {
       if (!rhs_(t, Row(y), f_row_)) return false;
-      for (int i = 0; i < kStaticN; ++i) f[At(i)] = f_row_[i];
+      const int n = N();
+      for (int i = 0; i < n; ++i) f[At(i)] = f_row_[i];
       return true;
     }
   }
@@ -845,7 +881,7 @@ class Integrator {
   int64_t ie_ = 0;  // next t_eval point
   int64_t steps_ = 0, accepted_ = 0, nfev_ = 0;
   // Contiguous copies of a state and its derivative (kStride > 1).
-  T row_[kStride > 1 ? kStaticN : 1], f_row_[kStride > 1 ? kStaticN : 1];
+  T row_[kRowSize], f_row_[kRowSize];
 };
 
 }  // namespace dop853
