@@ -507,3 +507,101 @@ def test_numba_form_is_still_recognised():
   assert not _jnp.is_numba_form(lorenz) and not _jnp.is_numba_form(lambda t, y, a=None: y)
   sol = ode.dop853(decay, np.ones((1, 1)), (0.0, 1.0), np.array([2.0]), rtol=1e-10, atol=1e-12)
   np.testing.assert_allclose(sol.y_final[0, 0], np.exp(-2.0), rtol=1e-9)
+
+
+# --- user right-hand sides in SIMD lanes ---------------------------------------------------------
+
+def _bits(x):
+  x = np.asarray(x)
+  return x.view(f"i{x.itemsize}") if x.dtype.kind == "f" else x
+
+
+def vdp(t, y, mu):
+  return jnp.stack([y[1], mu * (1 - y[0] * y[0]) * y[1] - y[0]])
+
+
+@ode.rhs
+def vdp_numba(t, y, p, dydt):
+  dydt[0] = y[1]
+  dydt[1] = p[0] * (1 - y[0] * y[0]) * y[1] - y[0]
+
+
+@ode.rhs
+def vdp_numba_reshaped(t, y, p, dydt):  # needs a contiguous y: no lanes form
+  z = y.reshape((2, 1))
+  dydt[0] = z[1, 0]
+  dydt[1] = p[0] * (1 - z[0, 0] * z[0, 0]) * z[1, 0] - z[0, 0]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("n", [37, 3, 16])
+@pytest.mark.parametrize("form", ["jnp", "numba"])
+def test_simd_lanes_round_as_one_trajectory_per_call(form, n, dtype, monkeypatch):
+  """A user's right-hand side runs 8 trajectories side by side on the CPU: the stage sums and
+  error norms as SIMD vectors, one call of its lanes form per stage for all 8 (each lane's y, p
+  and dydt strided views). JAXEXT_ODE_SIMD=0 calls it once per trajectory. Same bits for every
+  output (t_eval, events, dense output, statistics), whichever lane a trajectory runs in and
+  however many lanes idle (n = 3: fewer trajectories than lanes; 37: a partial last vector; per
+  trajectory mu and spans so that lanes finish at different times)."""
+  rng = np.random.default_rng(n)
+  mu = rng.uniform(0.5, 2.0, n).astype(dtype)
+  y0 = np.stack([2.0 + 0.1 * rng.normal(size=n), 0.1 * rng.normal(size=n)], 1).astype(dtype)
+  t1 = rng.uniform(4.0, 10.0, n).astype(dtype)
+  span = np.stack([np.zeros(n, dtype), t1], 1)
+  crossing = ode.event(lambda t, y, m: y[0], direction=1)  # upward through x = 0
+  stop = ode.event(lambda t, y, m: y[1] - 2.5, terminal=True)  # fast trajectories stop early
+  tol = 1e-9 if dtype == np.float64 else 1e-5
+  te = np.linspace(0.0, float(t1.max()), 6).astype(dtype)  # (some past shorter spans: NaN)
+  if form == "jnp":
+    run = lambda: ode.dop853(vdp, y0, span, args=mu, args_axes=0, events=[crossing, stop],
+                             t_eval=te, dense=64, rtol=tol, atol=tol)
+  else:
+    run = lambda: ode.dop853(vdp_numba, y0, span, mu[:, None], t_eval=te, dense=64, rtol=tol,
+                             atol=tol)
+  from jaxext.cpu import _cpu_ops  # noqa: PLC0415 (the counter of lane runs)
+  results = {}
+  for simd in ("1", "0"):
+    monkeypatch.setenv("JAXEXT_ODE_SIMD", simd)  # read by the handler when it runs
+    before = _cpu_ops.ode_simd_lane_runs()
+    results[simd] = jax.block_until_ready(run())
+    assert (_cpu_ops.ode_simd_lane_runs() > before) == (simd == "1"), simd
+  lanes, scalar = results["1"], results["0"]
+  assert np.all(lanes.status >= 0)
+  if form == "jnp":
+    assert (np.asarray(lanes.event_counts)[:, 0] > 0).any()
+    assert (lanes.status == ode.Status.EVENT).any() and (lanes.status == 0).any()
+  for name in ("ys", "y_final", "t_final", "n_rhs", "n_accepted", "status", "t_events",
+               "y_events", "event_counts", "dense_t", "dense_f"):
+    if getattr(scalar, name) is None:
+      continue
+    np.testing.assert_array_equal(_bits(getattr(lanes, name)), _bits(getattr(scalar, name)),
+                                  err_msg=name)
+
+
+def test_simd_lanes_name_the_trajectory_that_raised():
+  @ode.rhs
+  def picky(t, y, p, dydt):
+    if p[0] < 0:
+      raise ValueError("negative")
+    dydt[0] = -p[0] * y[0]
+
+  p = np.ones((20, 1))
+  p[13, 0] = -1.0
+  with pytest.raises(Exception, match=r"raised an exception \(trajectory 13;"):
+    jax.block_until_ready(ode.dop853(picky, np.ones((20, 1)), (0.0, 1.0), p).y_final)
+  p[13, 0] = 2.0  # and without the bad one, every lane as alone
+  sol = ode.dop853(picky, np.ones((20, 1)), (0.0, 1.0), p, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(sol.y_final[:, 0], np.exp(-p[:, 0]), rtol=1e-11)
+
+
+def test_a_right_hand_side_numba_cannot_compile_in_lanes_runs_one_per_call():
+  from jaxext.cpu import _cpu_ops  # noqa: PLC0415
+  y0 = np.array([[2.0, 0.0], [1.5, 0.5], [0.5, -1.0]])
+  mu = np.array([[1.0], [0.7], [1.8]])
+  before = _cpu_ops.ode_simd_lane_runs()
+  a = ode.dop853(vdp_numba_reshaped, y0, (0.0, 5.0), mu, rtol=1e-10, atol=1e-10)
+  jax.block_until_ready(a.y_final)
+  assert _cpu_ops.ode_simd_lane_runs() == before  # no lanes form: one trajectory per call
+  b = ode.dop853(vdp_numba, y0, (0.0, 5.0), mu, rtol=1e-10, atol=1e-10)
+  assert _cpu_ops.ode_simd_lane_runs() > before
+  np.testing.assert_array_equal(_bits(a.y_final), _bits(b.y_final))
