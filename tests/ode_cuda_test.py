@@ -256,12 +256,14 @@ def test_built_in_models_need_no_device_code():
 
 def _jnp_model(t, y, args):
   """A jax.numpy right-hand side touching what the generated code calls beyond arithmetic:
-  selects, floor, sign, an integer power, hypot, erf (whose Jacobian bitcasts)."""
+  selects, floor, sign, an integer power, powers 1.5 and -1.5 (their own helpers), hypot, erf
+  (whose Jacobian bitcasts)."""
   import jax.numpy as jnp  # noqa: PLC0415
   k, c = args
   drive = jnp.where(y[0] > 0, jnp.floor(t) * 0.0 + jnp.sign(y[1]), jnp.maximum(y[1], -1.0))
   return jnp.stack([y[1], -k * y[0] ** 3 - c * jnp.hypot(y[1], 0.1)
-                    + 0.01 * jax.scipy.special.erf(y[0]) + 0.001 * drive])
+                    + 0.01 * jax.scipy.special.erf(y[0]) + 0.001 * drive
+                    + 0.001 * (1 + y[0] * y[0]) ** 1.5 + 0.001 * (2 + y[1] * y[1]) ** -1.5])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
