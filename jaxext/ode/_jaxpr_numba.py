@@ -1286,7 +1286,7 @@ _HELPERS = ("_idiv", "_bitcast", "_where") + tuple(
     f"{f}{s}" for f in _POWERS + tuple(f"_{f}" for f in _LIBDEVICE) for s in ("_f32", "_f64"))
 
 
-def _split(a):  # pragma: no cover - compiled by Numba inside the generated code
+def _veltkamp_split(a):  # pragma: no cover - compiled by Numba inside the generated code
   """a = hi + lo with hi holding a's upper 26 bits (Veltkamp's split; no overflow for |a| <
   2^996)."""
   c = 134217729.0 * a  # 2^27 + 1
@@ -1302,8 +1302,8 @@ def _pow3half_dd(x):  # pragma: no cover - compiled by Numba inside the generate
   exactly and x / s = s to an ulp (so that the correction, 2^-53 of p, is x r / 2s = r s / 2 to
   2^-105 of p)."""
   s = math.sqrt(x)
-  sh, sl = _split(s)
-  xh, xl = _split(x)
+  sh, sl = _veltkamp_split(s)
+  xh, xl = _veltkamp_split(x)
   hi = s * s
   lo = ((sh * sh - hi) + 2.0 * (sh * sl)) + sl * sl
   r = (x - hi) - lo
@@ -1332,8 +1332,8 @@ def _powm3half_f64(x):  # pragma: no cover - compiled by Numba inside the genera
     return x ** -1.5
   p, t = _pow3half_dd(x)
   q = 1.0 / p
-  qh, ql = _split(q)
-  ph, pl = _split(p)
+  qh, ql = _veltkamp_split(q)
+  ph, pl = _veltkamp_split(p)
   h = q * p
   low = ((qh * ph - h) + qh * pl + ql * ph) + ql * pl
   return q + q * (((1.0 - h) - low) - q * t)
@@ -1394,12 +1394,12 @@ def _numba_helpers() -> dict:
   helpers = {"_idiv": numba.njit(error_model="numpy")(_idiv), "_bitcast": _bitcast,
              "_where": _where}
   env = {"math": math, "np": np}
-  env["_split"] = numba.njit(error_model="numpy")(_split)
+  env["_veltkamp_split"] = numba.njit(error_model="numpy")(_veltkamp_split)
   env["_pow3half_dd"] = numba.njit(error_model="numpy")(
       types.FunctionType(_pow3half_dd.__code__, env, "_pow3half_dd"))
-  for f in (_pow3half_f64, _powm3half_f64, _pow3half_f32, _powm3half_f32):
-    helpers[f.__name__] = numba.njit(error_model="numpy")(
-        types.FunctionType(f.__code__, env, f.__name__))
+  for power in (_pow3half_f64, _powm3half_f64, _pow3half_f32, _powm3half_f32):
+    helpers[power.__name__] = numba.njit(error_model="numpy")(
+        types.FunctionType(power.__code__, env, power.__name__))
   for f in _LIBDEVICE:
     helpers[f"_{f}_f32"] = helpers[f"_{f}_f64"] = getattr(np, f)
   return helpers
@@ -1438,8 +1438,8 @@ def _cuda_helpers() -> dict:
 
   helpers = {"_idiv": cuda.jit(device=True)(_idiv), "_bitcast": _bitcast,
              "_where": cuda.jit(device=True)(_where)}
-  for f in (_pow3half_f64, _powm3half_f64, _pow3half_f32, _powm3half_f32):
-    helpers[f.__name__] = cuda.jit(device=True)(f)
+  for power in (_pow3half_f64, _powm3half_f64, _pow3half_f32, _powm3half_f32):
+    helpers[power.__name__] = cuda.jit(device=True)(power)
   for f in _LIBDEVICE:
     helpers[f"_{f}_f64"] = getattr(libdevice, f)
     helpers[f"_{f}_f32"] = getattr(libdevice, f + "f")
