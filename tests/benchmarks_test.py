@@ -13,7 +13,7 @@ BINARIES = ["ode_jnp", "equivariant", "handlers_ab"]
 
 @pytest.mark.parametrize("name", BINARIES)
 def test_benchmark_starts(name):
-  path = os.path.join(os.environ["TEST_SRCDIR"], "_main", "benchmarks", name)
+  path = os.path.abspath(os.path.join("benchmarks", name))  # (the test runs in the main runfiles)
   env = {k: v for k, v in os.environ.items()
          if k not in ("RUNFILES_DIR", "RUNFILES_MANIFEST_FILE", "PYTHONPATH")}
   out = subprocess.run([path, "--help"], capture_output=True, text=True, env=env, timeout=300,
