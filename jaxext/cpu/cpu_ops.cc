@@ -51,21 +51,17 @@ PYBIND11_MODULE(_cpu_ops, m) {
     return d;
   });
   // Native functions compiled by Numba (numba_kernel entry points, ode right-hand sides, events,
-  // Jacobians), by content id (native_registry.h).
-  m.def(
-      "register_native_function",
-      [](int64_t id, uintptr_t address) {
-        if (address == 0) throw py::value_error("null native function address");
-        jaxext::cpu::RegisterNativeFunction(id, address);
-      },
-      py::arg("function_id"), py::arg("address"));
-  m.def(
-      "register_native_lanes",
-      [](int64_t id, uintptr_t address) {
-        if (address == 0) throw py::value_error("null native function address");
-        jaxext::cpu::RegisterNativeLanes(id, address);
-      },
-      py::arg("function_id"), py::arg("address"));
+  // Jacobians), by content id (native_registry.h); and an ode right-hand side's lanes form.
+  auto registrar = [](void (*register_in)(int64_t, uintptr_t)) {
+    return [register_in](int64_t id, uintptr_t address) {
+      if (address == 0) throw py::value_error("null native function address");
+      register_in(id, address);
+    };
+  };
+  m.def("register_native_function", registrar(&jaxext::cpu::RegisterNativeFunction),
+        py::arg("function_id"), py::arg("address"));
+  m.def("register_native_lanes", registrar(&jaxext::cpu::RegisterNativeLanes),
+        py::arg("function_id"), py::arg("address"));
   m.def("ode_simd_lane_runs", &jaxext::cpu::OdeSimdLaneRuns);
   m.attr("xla_ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 }

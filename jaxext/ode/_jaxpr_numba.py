@@ -300,10 +300,10 @@ def _binary_rule(name):
           return _negate(w, b, dtype)
         if floating and _equals(b, -1):
           return _negate(w, a, dtype)
-      if name == "pow" and floating and (_equals(b, 1.5) or _equals(b, -1.5)):
-        # r2 ** 1.5 and r2 ** -1.5: gravity's r^3 and 1 / r^3
-        helper = "_pow3half" if _equals(b, 1.5) else "_powm3half"
-        return w.let(f"{helper}{_suffix(dtype)}({text(a)})", dtype)
+      if name == "pow" and floating:  # r2 ** 1.5 and r2 ** -1.5: gravity's r^3 and 1 / r^3
+        helper = next((h for e, h in _POWERS.items() if _equals(b, e)), None)
+        if helper is not None:
+          return w.let(f"{helper}{_suffix(dtype)}({text(a)})", dtype)
       if name == "rem" and not floating:  # C's remainder (truncating), as XLA's
         return w.let(f"({text(a)} - {text(b)} * _idiv({text(a)}, {text(b)}))", dtype)
       return w.let(template.format(text(a), text(b), s=_suffix(dtype)), dtype)
@@ -1281,9 +1281,12 @@ def _idiv(a, b):  # pragma: no cover - compiled by Numba inside the generated co
 
 
 _LIBDEVICE = ("floor", "ceil", "rint", "cbrt", "fmod", "nextafter")
-_POWERS = ("_pow3half", "_powm3half")  # x ** 1.5, x ** -1.5
+_POWERS = {1.5: "_pow3half", -1.5: "_powm3half"}  # literal exponent -> helper (without pow)
 _HELPERS = ("_idiv", "_bitcast", "_where") + tuple(
-    f"{f}{s}" for f in _POWERS + tuple(f"_{f}" for f in _LIBDEVICE) for s in ("_f32", "_f64"))
+    f"{f}{s}" for f in (*_POWERS.values(), *(f"_{f}" for f in _LIBDEVICE))
+    for s in ("_f32", "_f64"))
+# Where _pow3half_dd's double-double arithmetic holds (2^-600 .. 2^600).
+_DD_LO, _DD_HI = 2.0 ** -600, 2.0 ** 600
 
 
 def _veltkamp_split(a):  # pragma: no cover - compiled by Numba inside the generated code
@@ -1318,7 +1321,7 @@ def _pow3half_f64(x):  # pragma: no cover - compiled by Numba inside the generat
   (_pow3half_dd), correctly rounded but for results within ~2^-100 relative of a tie (libm's
   pow: up to 0.69 ulp measured). Outside [2^-600, 2^600], and for zero, negative, infinite and
   NaN values: pow itself."""
-  if not (2.409919865102884e-181 <= x <= 4.149515568880993e+180):
+  if not (_DD_LO <= x <= _DD_HI):
     return x ** 1.5
   p, t = _pow3half_dd(x)
   return p + t
@@ -1328,7 +1331,7 @@ def _powm3half_f64(x):  # pragma: no cover - compiled by Numba inside the genera
   """x ** -1.5 for float64 the same way: 1 / (p + t) from q = 1 / p (rounded) and the residual
   1 - q (p + t) = (1 - h) - l - q t, where q p = h + l exactly and 1 - h is exact (h is within an
   ulp of 1); correctly rounded but near ties. Outside [2^-600, 2^600] etc.: pow itself."""
-  if not (2.409919865102884e-181 <= x <= 4.149515568880993e+180):
+  if not (_DD_LO <= x <= _DD_HI):
     return x ** -1.5
   p, t = _pow3half_dd(x)
   q = 1.0 / p
@@ -1393,7 +1396,7 @@ def _numba_helpers() -> dict:
 
   helpers = {"_idiv": numba.njit(error_model="numpy")(_idiv), "_bitcast": _bitcast,
              "_where": _where}
-  env = {"math": math, "np": np}
+  env = {"math": math, "np": np, "_DD_LO": _DD_LO, "_DD_HI": _DD_HI}
   env["_veltkamp_split"] = numba.njit(error_model="numpy")(_veltkamp_split)
   env["_pow3half_dd"] = numba.njit(error_model="numpy")(
       types.FunctionType(_pow3half_dd.__code__, env, "_pow3half_dd"))

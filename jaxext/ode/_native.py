@@ -64,7 +64,7 @@ def compile_rhs(fn, name: str, dtype, n: int, p: int, boundscheck: bool = False)
       what=f"jaxext.ode right-hand side '{name}'",
       describe=f"rhs(t: {dt}, y: {dt}[{n}], p: {dt}[{p}], dydt: {dt}[{n}])")
   kernel_id = _register(entry)
-  if 0 < n <= MAX_LANE_STATE:
+  if 0 < n <= MAX_LANE_STATE and kernel_id not in _no_lanes:
     lanes_source = "\n".join([
         "def jaxext_entry(t, y, p, dydt, status):",
         f"    tl = carray(t, ({LANES},), DTYPE_{dt})",
@@ -77,21 +77,20 @@ def compile_rhs(fn, name: str, dtype, n: int, p: int, boundscheck: bool = False)
         "        except Exception:",
         "            status[lane] = 1",
         ""])
-    if kernel_id not in _no_lanes:
-      try:
-        lanes = compile_cpu.compile_entry(
-            fn, name, key=("ode-rhs-lanes", dt, n, p, LANES), source=lanes_source,
-            boundscheck=boundscheck,
-            entry_type=nbtypes.void(ptr, ptr, ptr, ptr, nbtypes.CPointer(nbtypes.int32)),
-            what=f"jaxext.ode right-hand side '{name}' (its lanes form)",
-            describe=f"rhs(t: {dt}, y: {dt}[{n}] (strided), p: {dt}[{p}] (strided), "
-                     f"dydt: {dt}[{n}] (strided))")
-      except (TypeError, ValueError):
-        # A Numba function that needs contiguous arrays (e.g. y.reshape): one trajectory per
-        # call, as before (the scalar form compiled above).
-        _no_lanes.add(kernel_id)
-      else:
-        _ffi.register_native_function(kernel_id, lanes.address, lanes=True)
+    try:
+      lanes = compile_cpu.compile_entry(
+          fn, name, key=("ode-rhs-lanes", dt, n, p, LANES), source=lanes_source,
+          boundscheck=boundscheck,
+          entry_type=nbtypes.void(ptr, ptr, ptr, ptr, nbtypes.CPointer(nbtypes.int32)),
+          what=f"jaxext.ode right-hand side '{name}' (its lanes form)",
+          describe=f"rhs(t: {dt}, y: {dt}[{n}] (strided), p: {dt}[{p}] (strided), "
+                   f"dydt: {dt}[{n}] (strided))")
+    except (TypeError, ValueError):
+      # A Numba function that needs contiguous arrays (e.g. y.reshape): one trajectory per
+      # call, as before (the scalar form compiled above).
+      _no_lanes.add(kernel_id)
+    else:
+      _ffi.register_native_function(kernel_id, lanes.address, lanes=True)
   return kernel_id
 
 
