@@ -475,12 +475,7 @@ class Integrator {
     const Integrator& first = lanes[0];  // lane l's element i: first's pointer + At(i) + l
     V y[n], f[n];
     for (int i = 0; i < n; ++i) {
-      V acc = T(0);
-      JAXEXT_UNROLL_ALL
-      for (int j = 0; j < S; ++j) {
-        if (kA[S][j] != 0) acc += V(T(kA[S][j])) * V::Load(first.k_ + At(j * n + i));
-      }
-      y[i] = V::Load(first.y_ + At(i)) + acc * h;
+      y[i] = first.template LaneStageState<S>(h, n, i);
       if constexpr (S == kStages) y[i].Store(first.y_new_ + At(i));
     }
     rhs(y, f);
@@ -501,14 +496,7 @@ class Integrator {
     const Integrator& first = lanes[0];
     const int n = first.N();
     T* state = S < kStages ? first.tmp_ : first.y_new_;
-    for (int i = 0; i < n; ++i) {
-      V acc = T(0);
-      JAXEXT_UNROLL_ALL
-      for (int j = 0; j < S; ++j) {
-        if (kA[S][j] != 0) acc += V(T(kA[S][j])) * V::Load(first.k_ + At(j * n + i));
-      }
-      (V::Load(first.y_ + At(i)) + acc * h).Store(state + At(i));
-    }
+    for (int i = 0; i < n; ++i) first.template LaneStageState<S>(h, n, i).Store(state + At(i));
     T t[kStride];
     for (int l = 0; l < kStride; ++l) {
       t[l] = lanes[l].t_ + T(kC[S]) * h[l];
@@ -544,6 +532,18 @@ class Integrator {
   }
 
  private:
+  // Element i of stage S's state for all kStride lanes (called on lane 0, whose pointers are the
+  // lanes' first; h: each lane's step size), as StageState computes each lane's.
+  template <int S, typename V>
+  JAXEXT_HD V LaneStageState(const V& h, int n, int i) const {
+    V acc = T(0);
+    JAXEXT_UNROLL_ALL
+    for (int j = 0; j < S; ++j) {
+      if (kA[S][j] != 0) acc += V(T(kA[S][j])) * V::Load(k_ + At(j * n + i));
+    }
+    return V::Load(y_ + At(i)) + acc * h;
+  }
+
   // Where element i of a workspace array lies.
   JAXEXT_HD static constexpr int64_t At(int64_t i) { return i * kStride; }
 
