@@ -159,6 +159,20 @@ def test_tensor_product_conv_equals_e3nn_scatter(weighted, ix, regroup):
   if weighted:  # one weight per edge, broadcast over the output's irreps
     np.testing.assert_allclose(np.asarray(ours(x.array, sh.array, w[:, :1]).array),
                                np.asarray(ref(x.array, sh.array, w[:, :1]).array), atol=1e-12)
+    # weights as a radial network's last layer, weights = hidden @ kernel: made by the kernel
+    hidden, kernel = rng.normal(size=(edges, 5)), rng.normal(size=(5, n_out))
+    factored = lambda xa, sha, ha, ka: e3nn_ops.tensor_product_conv(
+        e3nn.IrrepsArray(x.irreps, xa), e3nn.IrrepsArray(sh.irreps, sha), snd, rcv, nodes,
+        weights=ha, weights_kernel=ka, filter_ir_out=filt, regroup_output=regroup)
+    got = jax.jit(factored)(x.array, sh.array, hidden, kernel)
+    want = ref(x.array, sh.array, hidden @ kernel)
+    assert got.irreps == want.irreps
+    np.testing.assert_allclose(np.asarray(got.array), np.asarray(want.array), atol=1e-12)
+    g = jax.grad(loss(factored), argnums=(0, 1, 2, 3))(x.array, sh.array, hidden, kernel)
+    g_ref = jax.grad(loss(lambda a, b, c, d: ref(a, b, c @ d)), argnums=(0, 1, 2, 3))(
+        x.array, sh.array, hidden, kernel)
+    for a, b in zip(g, g_ref):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-10)
 
 
 def test_spherical_harmonics_signature_is_e3nns():
@@ -180,6 +194,15 @@ def test_errors_name_the_argument():
   sh = _sh("0e+1o", 3, 12)
   with pytest.raises(ValueError, match="weights"):
     e3nn_ops.tensor_product_conv(x, sh, [0, 1, 2], [0, 1, 2], 3, weights=np.ones((3, 2)))
+  with pytest.raises(TypeError, match="weights_kernel needs weights"):
+    e3nn_ops.tensor_product_conv(x, sh, [0, 1, 2], [0, 1, 2], 3, weights_kernel=np.ones((2, 4)))
+  n_out = e3nn.tensor_product(x, sh).irreps.num_irreps
+  with pytest.raises(ValueError, match="weights_kernel must have shape"):
+    e3nn_ops.tensor_product_conv(x, sh, [0, 1, 2], [0, 1, 2], 3, weights=np.ones((3, 2)),
+                                 weights_kernel=np.ones((2, n_out + 1)))
+  with pytest.raises(ValueError, match=r"weights must have shape \(3, 2\)"):
+    e3nn_ops.tensor_product_conv(x, sh, [0, 1, 2], [0, 1, 2], 3, weights=np.ones((3, 3)),
+                                 weights_kernel=np.ones((2, n_out)))
   with pytest.raises(TypeError, match="num_nodes"):
     e3nn_ops.tensor_product_conv(x, sh, [0, 1, 2], [0, 1, 2], 2.5)
   with pytest.raises(ValueError, match="num_nodes"):

@@ -709,6 +709,86 @@ def test_conv_vmap_over_graphs():
                                atol=1e-13)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [1, 7])
+def test_conv_factored_weights_equal_the_product_made_first(dtype, k):
+  # edge_weights_kernel: the weights are edge_weights @ kernel, made per receiver by the CPU
+  # kernel in chunks of 48 edges. Receivers with 0, 1, 47, 48, 49 and 100 edges (the chunk's
+  # edges), the reference e3nn-jax's unfused product of weights made in float64 by numpy.
+  ix, iy, io = CONV_IRREPS
+  counts = [0, 1, 47, 48, 49, 100]
+  rcv = np.repeat(np.arange(len(counts)), counts)
+  edges, nodes = rcv.size, len(counts)
+  rng = np.random.default_rng(60 + k)
+  rcv = rng.permutation(rcv)
+  snd = rng.integers(0, nodes, edges)
+  x = rng.normal(size=(nodes, e3nn.Irreps(ix).dim))
+  y = np.asarray(eq.spherical_harmonics(iy, rng.normal(size=(edges, 3))))
+  nw = sum(e3nn.Irreps(ix)[i1].mul for i1, _, _ in eq.paths(ix, iy, io))
+  h, kernel = rng.normal(size=(edges, k)), rng.normal(size=(k, nw))
+  cast = lambda *a: [np.asarray(v, dtype) for v in a]
+  xs, ys, hs, ks = cast(x, y, h, kernel)
+  w = hs.astype(np.float64) @ ks.astype(np.float64)
+  tol = 1e-12 if dtype == np.float64 else 2e-5
+  for norm in (None, "norm"):
+    want = jax.ops.segment_sum(e3nn_tensor_product(
+        xs.astype(np.float64)[snd], ys.astype(np.float64), w, ix, iy, io,
+        irrep_normalization=norm), rcv, nodes)
+    f = lambda a, b, c, d: eq.conv(a, b, c, snd, rcv, nodes, ix, iy, io,
+                                   irrep_normalization=norm, edge_weights_kernel=d)
+    for got in (f(xs, ys, hs, ks), jax.jit(f)(xs, ys, hs, ks)):
+      assert got.dtype == dtype
+      np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want),
+                                 atol=tol * float(np.max(np.abs(want))))
+    assert np.all(np.asarray(got)[0] == 0)  # the receiver without edges
+    # vmap over the hidden layer (a batch of radial networks' outputs)
+    both = jax.vmap(f, in_axes=(None, None, 0, None))(xs, ys, np.stack([hs, 2 * hs]), ks)
+    np.testing.assert_allclose(np.asarray(both[1], np.float64), 2 * np.asarray(want),
+                               atol=2 * tol * float(np.max(np.abs(want))))
+
+
+def test_conv_factored_weights_derivatives_to_third_order():
+  nodes, edges, k = 5, 14, 3
+  x, y, w, snd, rcv = _conv_inputs(nodes, edges, 36)
+  rng = np.random.default_rng(37)
+  h, kernel = rng.normal(size=(edges, k)), rng.normal(size=(k, w.shape[1])) / 2
+  f = lambda a, b, c, d: jnp.tanh(eq.conv(a, b, c, snd, rcv, nodes, *CONV_IRREPS,
+                                          edge_weights_kernel=d))
+  check_grads(f, (x, y, h, kernel), order=2, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+  ref = lambda a, b, c, d: jnp.tanh(jax.ops.segment_sum(
+      e3nn_tensor_product(a[snd], b, c @ d, *CONV_IRREPS), rcv, nodes))
+  args = (x, y, h, kernel)
+  g = jax.jit(jax.grad(lambda *a: jnp.sum(f(*a) ** 2), argnums=(0, 1, 2, 3)))(*args)
+  g_ref = jax.grad(lambda *a: jnp.sum(ref(*a) ** 2), argnums=(0, 1, 2, 3))(*args)
+  for a, b in zip(g, g_ref):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-11)
+  t = tuple(rng.normal(size=np.shape(v)) for v in args)
+
+  def third(fun):  # d^3/ds^3 of sum(fun(p + s t)) at s = 0, by reverse over forward over forward
+    scalar = lambda s: jnp.sum(fun(*(p + s * d for p, d in zip(args, t))))
+    d1 = lambda s: jax.jvp(scalar, (s,), (1.0,))[1]
+    d2 = lambda s: jax.jvp(d1, (s,), (1.0,))[1]
+    return jax.grad(d2)(0.0)
+  assert float(third(f)) == pytest.approx(float(third(ref)), rel=1e-10)
+
+
+def test_conv_factored_weights_bad_arguments():
+  x, y, w, snd, rcv = _conv_inputs(6, 20, 38)
+  h, kernel = np.ones((20, 4)), np.ones((4, w.shape[1]))
+  with pytest.raises(ValueError, match="edge_weights_kernel must have shape"):
+    eq.conv(x, y, h, snd, rcv, 6, *CONV_IRREPS, edge_weights_kernel=kernel[:, 1:])
+  with pytest.raises(ValueError, match="edge_weights must have shape"):
+    eq.conv(x, y, h[:, 1:], snd, rcv, 6, *CONV_IRREPS, edge_weights_kernel=kernel)
+  with pytest.raises(ValueError, match="edge_weights has 19 rows"):
+    eq.conv(x, y, h[1:], snd, rcv, 6, *CONV_IRREPS, edge_weights_kernel=kernel)
+  with pytest.raises(TypeError, match="edge_weights_kernel"):
+    eq.conv(x, y, h, snd, rcv, 6, *CONV_IRREPS, edge_weights_kernel="k")
+  # the forward pass binds the factored primitive: no (edges x weights) array in its jaxpr
+  jaxpr = str(jax.make_jaxpr(lambda a, b: eq.conv(x, y, a, snd, rcv, 6, *CONV_IRREPS,
+                                                  edge_weights_kernel=b))(h, kernel))
+  assert "jaxext_conv_factored" in jaxpr and f"[20,{w.shape[1]}]" not in jaxpr.replace(" ", "")
+
+
 def test_conv_graph_ranges_equal_searchsorted():
   """conv()'s graph: the ranges (running sums of per-node edge counts) equal searchsorted over
   the stably sorted ids for ids in range, including empty nodes and no edges; with an id out of
@@ -845,6 +925,12 @@ def test_cuda_lowering():
     text = _export_cuda(lambda *a, prim=prim: prim.bind(*a, mode=3, key=key), x, sh, w, *graph)
     assert "@jaxext_conv(" in text
     assert ("stablehlo.scatter" in text) == checks, prim
+  # factored weights: on CUDA the weights' matrix product, then the kernel (no CPU target)
+  hidden, kernel = np.ones((edges, 4)), np.ones((4, w.shape[1]))
+  text = _export_cuda(lambda a, b: eq.conv(x, sh, a, snd, rcv, nodes, *CONV_IRREPS,
+                                           edge_weights_kernel=b), hidden, kernel)
+  assert "@jaxext_conv(" in text and "stablehlo.dot_general" in text
+  assert "jaxext_conv_factored" not in text
 
 
 # --- e3nn-jax's types: Irreps and IrrepsArray in, IrrepsArray out (#32) ---------------------

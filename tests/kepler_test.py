@@ -359,10 +359,10 @@ def test_registrations_and_handler_errors_surface():
                        "jaxext_limbdark_f64", "jaxext_limbdark_grad_f32", "jaxext_limbdark_grad_f64",
                        "jaxext_limbdark_hess_f32", "jaxext_limbdark_hess_f64",
                        "jaxext_numba_call", "jaxext_dop853", "jaxext_sph", "jaxext_segment_sum",
-                       "jaxext_tensor_product", "jaxext_conv", "jaxext_transit_f32",
-                       "jaxext_transit_f64", "jaxext_transit_grad_f32", "jaxext_transit_grad_f64",
-                       "jaxext_transit_lin_f32", "jaxext_transit_lin_f64", "jaxext_transit_vjp_f32",
-                       "jaxext_transit_vjp_f64"}
+                       "jaxext_tensor_product", "jaxext_conv", "jaxext_conv_factored",
+                       "jaxext_transit_f32", "jaxext_transit_f64", "jaxext_transit_grad_f32",
+                       "jaxext_transit_grad_f64", "jaxext_transit_lin_f32", "jaxext_transit_lin_f64",
+                       "jaxext_transit_vjp_f32", "jaxext_transit_vjp_f64"}
   assert _cpu_ops.xla_ffi_api_version[0] == 0
   # Mismatched element counts reach the handler, which answers with an FFI error: a Python
   # exception, not a crash.

@@ -15,6 +15,8 @@ namespace cpu {
 // Node results add their edges in that sorted order (deterministic); edge results are per edge.
 // Attributes as jaxext_tensor_product.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextConvCpu);
+// The result with the edge weights given as a radial network's last layer: w = h @ kernel.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextConvFactoredCpu);
 
 }  // namespace cpu
 }  // namespace jaxext

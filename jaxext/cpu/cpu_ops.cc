@@ -46,6 +46,8 @@ PYBIND11_MODULE(_cpu_ops, m) {
     d["jaxext_sph"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSphCpu);
     d["jaxext_segment_sum"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextSegmentSumCpu);
     d["jaxext_conv"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextConvCpu);
+    d["jaxext_conv_factored"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextConvFactoredCpu);
     d["jaxext_tensor_product"] =
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTensorProductCpu);
     return d;

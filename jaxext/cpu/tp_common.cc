@@ -67,5 +67,63 @@ JAXEXT_TP_LAYOUT(double)
 JAXEXT_TP_LAYOUT(float)
 #undef JAXEXT_TP_LAYOUT
 
+// EdgeWeights: each tile of kE edges by kV columns keeps its sums in registers over the k loop
+// (kV = two vectors of the widest clone: 16 doubles, 32 floats), the kernel's rows streamed from
+// the cache. Each sum runs over k in order. Not in an anonymous namespace: see clones.h.
+namespace edge_weights {
+
+template <typename T, int kE, int kV>
+__attribute__((always_inline)) inline void Tile(const T* const* h, int64_t k, const T* kernel,
+                                                int64_t c, int64_t c0, T* w) {
+  T acc[kE][kV];
+  for (int e = 0; e < kE; ++e) {
+    for (int j = 0; j < kV; ++j) acc[e][j] = T(0);
+  }
+  for (int64_t q = 0; q < k; ++q) {
+    const T* row = kernel + q * c + c0;
+#pragma GCC unroll 8
+    for (int e = 0; e < kE; ++e) {
+      const T he = h[e][q];
+#pragma GCC unroll 32
+      for (int j = 0; j < kV; ++j) acc[e][j] += he * row[j];
+    }
+  }
+  for (int e = 0; e < kE; ++e) {
+    for (int j = 0; j < kV; ++j) w[e * c + c0 + j] = acc[e][j];
+  }
+}
+
+// The columns of kE edges: full tiles, then eighth-vectors, then one at a time.
+template <typename T, int kE>
+__attribute__((always_inline)) inline void Rows(const T* const* h, int64_t k, const T* kernel,
+                                                int64_t c, T* w) {
+  constexpr int kV = 128 / sizeof(T);
+  int64_t c0 = 0;
+  for (; c0 + kV <= c; c0 += kV) Tile<T, kE, kV>(h, k, kernel, c, c0, w);
+  for (; c0 + 8 <= c; c0 += 8) Tile<T, kE, 8>(h, k, kernel, c, c0, w);
+  for (; c0 < c; ++c0) Tile<T, kE, 1>(h, k, kernel, c, c0, w);
+}
+
+template <typename T>
+__attribute__((always_inline)) inline void All(const T* const* h, int64_t n, int64_t k,
+                                               const T* kernel, int64_t c, T* w) {
+  constexpr int kE = 6;
+  int64_t e = 0;
+  for (; e + kE <= n; e += kE) Rows<T, kE>(h + e, k, kernel, c, w + e * c);
+  for (; e < n; ++e) Rows<T, 1>(h + e, k, kernel, c, w + e * c);
+}
+
+}  // namespace edge_weights
+
+#define JAXEXT_EDGE_WEIGHTS(T)                                                                   \
+  JAXEXT_CPU_CLONES JAXEXT_CPU_FLATTEN void EdgeWeights(const T* const* h_rows, int64_t n,      \
+                                                        int64_t k, const T* kernel, int64_t c,  \
+                                                        T* w) {                                 \
+    edge_weights::All<T>(h_rows, n, k, kernel, c, w);                                           \
+  }
+JAXEXT_EDGE_WEIGHTS(double)
+JAXEXT_EDGE_WEIGHTS(float)
+#undef JAXEXT_EDGE_WEIGHTS
+
 }  // namespace cpu
 }  // namespace jaxext

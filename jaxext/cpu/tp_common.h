@@ -58,6 +58,15 @@ void AccumulateRow(int mode, const tp::Path* paths, int64_t n_paths, const int64
                    const int64_t* cj, const int64_t* ck, const float* cv, const float* x,
                    const float* y, const float* w, const float* o, float* acc, float* scratch);
 
+// w = h @ kernel for n edges, edge j's row of h at h_rows[j] (k values): n x k times k x c into
+// w (n x c, row-major), per CPU (tp_common.cc: register tiles of 6 edges by two vectors). A
+// convolution's per-edge weights from a radial network's last hidden layer, made for one
+// receiver's edges at a time, so that no E x c array of weights exists (conv's factored weights).
+void EdgeWeights(const double* const* h_rows, int64_t n, int64_t k, const double* kernel,
+                 int64_t c, double* w);
+void EdgeWeights(const float* const* h_rows, int64_t n, int64_t k, const float* kernel, int64_t c,
+                 float* w);
+
 // One row's blocks through tp::BlockToMinor / BlockToMajor, per CPU (tp_common.cc: each block's
 // transpose specialised for its 2l+1, vectorised across the channels).
 void MinorRow(const tp::Term* terms, int64_t n_terms, const double* src, double* dst);

@@ -48,17 +48,19 @@ def conv(x: jax.Array, edge_sh: jax.Array, edge_weights: ArrayLike, senders: Arr
          receivers: ArrayLike, num_nodes: int, irreps_x: IrrepsLike | None = None,
          irreps_sh: IrrepsLike | None = None, irreps_out: IrrepsLike | None = None, *,
          irrep_normalization: str | None = None, path_normalization: str | float | None = None,
-         gradient_normalization: str | float | None = None) -> jax.Array: ...
+         gradient_normalization: str | float | None = None,
+         edge_weights_kernel: ArrayLike | None = None) -> jax.Array: ...
 @overload
 def conv(x: jax.Array | IrrepsArray, edge_sh: jax.Array | IrrepsArray, edge_weights: ArrayLike,
          senders: ArrayLike, receivers: ArrayLike, num_nodes: int,
          irreps_x: IrrepsLike | None = None, irreps_sh: IrrepsLike | None = None,
          irreps_out: IrrepsLike | None = None, *, irrep_normalization: str | None = None,
          path_normalization: str | float | None = None,
-         gradient_normalization: str | float | None = None) -> IrrepsArray: ...
+         gradient_normalization: str | float | None = None,
+         edge_weights_kernel: ArrayLike | None = None) -> IrrepsArray: ...
 def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
          irreps_sh=None, irreps_out=None, *, irrep_normalization=None,
-         path_normalization=None, gradient_normalization=None):
+         path_normalization=None, gradient_normalization=None, edge_weights_kernel=None):
   """Messages TP(x[senders], edge_sh, edge_weights) summed at `receivers`, fused.
 
   Args:
@@ -73,6 +75,11 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
     num_nodes: static number of output nodes.
     irreps_x, irreps_sh, irreps_out: irreps strings or e3nn_jax.Irreps; irreps_out is required.
     irrep_normalization, path_normalization, gradient_normalization: as tensor_product's.
+    edge_weights_kernel: None, or (k, number of weights): the weights are then
+      `edge_weights @ edge_weights_kernel`, edge_weights being (E, k) (a radial network's last
+      hidden layer, whose last layer has no bias). The CPU kernel makes each receiver's weights as
+      it goes, so that no (E, number of weights) array is written or read in the forward pass;
+      derivatives (and other platforms) make it with a matrix product.
 
   Returns:
     (num_nodes, dim(irreps_out)), equal to
@@ -89,8 +96,17 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
   x = float_operand(x, "x")
   y = float_operand(edge_sh, "edge_sh")
   w = float_operand(edge_weights, "edge_weights")
+  kernel = None
+  if edge_weights_kernel is not None:
+    kernel = float_operand(edge_weights_kernel, "edge_weights_kernel")
+    if kernel.ndim != 2 or kernel.shape[1] != spec.dims[W]:
+      raise ValueError(f"edge_weights_kernel must have shape (k, {spec.dims[W]}) for these "
+                       f"irreps; got {kernel.shape}")
+    if w.ndim != 2 or w.shape[1] != kernel.shape[0]:
+      raise ValueError(f"edge_weights must have shape (rows, {kernel.shape[0]}) (edge_weights_"
+                       f"kernel's rows); got {w.shape}")
   for arr, name, d in ((x, "x", spec.dims[X]), (y, "edge_sh", spec.dims[Y]),
-                       (w, "edge_weights", spec.dims[W])):
+                       (w, "edge_weights", spec.dims[W] if kernel is None else w.shape[-1])):
     if arr.ndim != 2 or arr.shape[1] != d:
       raise ValueError(f"{name} must have shape (rows, {d}) for these irreps; got {arr.shape}")
   e = y.shape[0]
@@ -101,16 +117,27 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
     if ids.shape != (e,):
       raise ValueError(f"{name} must have shape ({e},) (one per edge); got {ids.shape}")
   num_nodes = node_count(num_nodes)
-  dtype = jnp.result_type(x, y, w)
+  dtype = jnp.result_type(x, y, w, *([] if kernel is None else [kernel]))
   scale = weight_scale(tx, ty, to, irrep_normalization, path_normalization,
                        gradient_normalization)
-  if scale is not None:
-    w = w * jnp.asarray(scale, dtype)
+  if scale is not None:  # (the kernel's columns: the same weights scaled)
+    if kernel is None:
+      w = w * jnp.asarray(scale, dtype)
+    else:
+      kernel = kernel * jnp.asarray(scale, dtype)
   snd, rcv = int32_indices(snd, x.shape[0]), int32_indices(rcv, num_nodes)
   graph = _graph(snd, rcv, x.shape[0], num_nodes)
-  out = _conv_built_p.bind(x.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
-                           key=(tx, ty, to))
+  out = bind_built(x.astype(dtype), y.astype(dtype), w.astype(dtype),
+                   None if kernel is None else kernel.astype(dtype), graph, (tx, ty, to))
   return _e3nn.wrap(like, to, out)
+
+
+def bind_built(x, y, w, kernel, graph, key):
+  """The result of a graph conv() built (or tensor_product_conv): the weights w, or w @ kernel
+  (factored) when kernel is not None."""
+  if kernel is None:
+    return _conv_built_p.bind(x, y, w, *graph, mode=OUT, key=key)
+  return conv_factored_p.bind(x, y, w, kernel, *graph, key=key)
 
 
 def node_count(num_nodes) -> int:
@@ -223,3 +250,97 @@ for _prim, _checked in ((conv_p, True), (_conv_built_p, False)):
         _prim, functools.partial(_lowering, platform=_platform, checked=_checked), _name)
   register_trilinear_rules(_prim)  # derivatives bind the same primitive (conv()'s stay trusted)
   compat.register_batching(_prim, functools.partial(_batch, _prim))
+
+
+# conv()'s result with factored weights (edge_weights_kernel): w = h @ kernel, h (E, k) a radial
+# network's last hidden layer. The CPU handler (jaxext_conv_factored) makes each receiver's
+# weights as it adds its edges, so the forward pass never writes an E x weights array (at 3000
+# atoms of jax-md's NequIP, 816 MB per layer in float64, the largest array of its forward). It is
+# linear in each of x, y, h and kernel separately: the JVP binds it once per tangent; its
+# transposes make w = h @ kernel (XLA computes it once per backward pass, however many transposes
+# ask) and bind the four-mode primitive's modes x, y and w (then h's and kernel's cotangents are
+# dw @ kernel.T and h.T @ dw). Elsewhere than on the CPU the lowering is that composition too.
+# Bound only on graphs conv() built (trusted as _conv_built_p).
+conv_factored_p = Primitive("jaxext_conv_factored")
+
+
+def _made(h, kernel):
+  return jnp.matmul(h, kernel, precision=jax.lax.Precision.HIGHEST)
+
+
+def _factored_abstract_eval(x, y, h, kernel, *graph, key):
+  spec = checked_spec("conv_factored_p", OUT, key)
+  if len(graph) != 6 or any(g.ndim != 1 or g.dtype != np.int32 for g in graph):
+    raise TypeError("conv_factored_p: the graph is six 1-D int32 arrays")
+  e = graph[0].shape[0]
+  if (x.shape != (graph[5].shape[0] - 1, spec.dims[X]) or y.shape != (e, spec.dims[Y]) or
+      h.ndim != 2 or h.shape[0] != e or kernel.shape != (h.shape[1], spec.dims[W])):
+    raise TypeError(f"conv_factored_p: operand shapes {x.shape}, {y.shape}, {h.shape}, "
+                    f"{kernel.shape} disagree with the graph and irreps")
+  return jax.core.ShapedArray((graph[3].shape[0] - 1, spec.dims[OUT]), x.dtype)
+
+
+def _factored_composite(x, y, h, kernel, *graph, key):
+  return _conv_built_p.bind(x, y, _made(h, kernel), *graph, mode=OUT, key=key)
+
+
+def _factored_lowering(ctx, *args, key, platform):
+  if platform != "cpu" or "jaxext_conv_factored" not in _ffi.register_all().get("cpu", ()):
+    return compat.lower_fun(lambda *xs: (_factored_composite(*xs, key=key),),
+                            multiple_results=True)(ctx, *args)
+  aval = ctx.avals_out[0]
+  call = jax.ffi.ffi_call("jaxext_conv_factored", jax.ShapeDtypeStruct(aval.shape, aval.dtype))
+  attrs = ffi_attrs(_spec(*key), OUT)
+  return compat.lower_fun(lambda *xs: (call(*xs, **attrs),), multiple_results=True)(ctx, *args)
+
+
+def _factored_jvp(primals, tangents, *, key):
+  out = conv_factored_p.bind(*primals, key=key)
+  total = None
+  for q, t in enumerate(tangents[:4]):
+    if compat.is_zero_tangent(t):
+      continue
+    args = list(primals)
+    args[q] = t
+    term = conv_factored_p.bind(*args, key=key)
+    total = term if total is None else total + term
+  if total is None:
+    total = jnp.zeros_like(out)
+  return out, total
+
+
+def _factored_transpose(ct, x, y, h, kernel, *graph, key):
+  data = (x, y, h, kernel)
+  undefined = [q for q, v in enumerate(data) if compat.is_undefined_primal(v)]
+  if len(undefined) != 1 or any(compat.is_undefined_primal(g) for g in graph):
+    raise NotImplementedError("conv_factored_p is linear in each of x, y, h and kernel "
+                              "separately, not jointly")
+  (q,) = undefined
+  ct = compat.instantiate_zeros(ct)
+  cts = [None] * (4 + len(graph))
+  if q in (0, 1):
+    slot = (X, Y)[q]
+    values = {X: x, Y: y, W: _made(h, kernel), OUT: ct}
+    cts[q] = _conv_built_p.bind(*(values[s] for s in _inputs(slot)), *graph, mode=slot, key=key)
+  else:
+    dw = _conv_built_p.bind(x, y, ct, *graph, mode=W, key=key)
+    cts[q] = (jnp.matmul(dw, kernel.T, precision=jax.lax.Precision.HIGHEST) if q == 2 else
+              jnp.matmul(h.T, dw, precision=jax.lax.Precision.HIGHEST))
+  return cts
+
+
+def _factored_batch(args, dims, *, key):
+  """A batch of graphs (same sizes): one call per graph (jax.lax.map)."""
+  size = compat.batch_size(args, dims)
+  moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
+  return jax.lax.map(lambda xs: conv_factored_p.bind(*xs, key=key), tuple(moved)), 0
+
+
+conv_factored_p.def_abstract_eval(_factored_abstract_eval)
+_eager.def_jit_impl(conv_factored_p)
+for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
+  compat.register_lowering(conv_factored_p,
+                           functools.partial(_factored_lowering, platform=_name), _name)
+compat.register_jvp(conv_factored_p, _factored_jvp)
+compat.register_transpose(conv_factored_p, _factored_transpose)
+compat.register_batching(conv_factored_p, _factored_batch)

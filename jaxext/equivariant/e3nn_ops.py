@@ -27,7 +27,7 @@ from jax.typing import ArrayLike
 from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
-from jaxext.equivariant.conv import _conv_built_p, _graph, node_count
+from jaxext.equivariant.conv import _graph, bind_built, node_count
 from jaxext.equivariant.segment import segment_sum
 from jaxext.equivariant.spherical_harmonics import spherical_harmonics as _sh
 from jaxext.equivariant.tensor_product import OUT, _spec, tp_p
@@ -188,7 +188,8 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
                         receivers: ArrayLike, num_nodes: int, *, weights: ArrayLike | None = None,
                         filter_ir_out: IrrepsLike | Sequence[Any] | None = None,
                         irrep_normalization: str | None = None,
-                        regroup_output: bool = True) -> IrrepsArray:
+                        regroup_output: bool = True,
+                        weights_kernel: ArrayLike | None = None) -> IrrepsArray:
   """Fused `scatter_sum(tensor_product(x[senders], sh, ...) * weights, dst=receivers,
   output_size=num_nodes)` with e3nn-jax's meaning of each piece: no E x dim array.
 
@@ -201,6 +202,10 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
       in e3nn-jax under its default "component" irrep normalisation; under "none" e3nn-jax's
       multiplication rescales l > 0 copies too, which this does not).
     filter_ir_out, irrep_normalization, regroup_output: as tensor_product.
+    weights_kernel: None, or (k, num_irreps of the product's output): the weights are then
+      `weights @ weights_kernel`, weights being (E, k), a radial network's last hidden layer (its
+      last layer without bias), made per receiver by the CPU kernel (jaxext.equivariant.conv's
+      edge_weights_kernel): no (E, num_irreps) array in the forward pass.
   """
   num_nodes = node_count(num_nodes)
   like, xa, tx, y, ty = _inputs(x, sh, regroup_output)
@@ -210,7 +215,22 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
   e = y.shape[0]
   dtype = jnp.result_type(xa, y)
   want = _result_dtype(x, sh)
-  if weights is None:
+  kernel = None
+  if weights_kernel is not None:
+    if weights is None:
+      raise TypeError("weights_kernel needs weights (the hidden layer it multiplies)")
+    want = _result_dtype(x, sh, weights, weights_kernel)
+    w = float_operand(weights, "weights")
+    kernel = float_operand(weights_kernel, "weights_kernel")
+    if kernel.ndim != 2 or kernel.shape[1] != scale.size:
+      raise ValueError(f"weights_kernel must have shape (k, {scale.size}) (k, irreps of the "
+                       f"output); got {kernel.shape}")
+    if w.shape != (e, kernel.shape[0]):
+      raise ValueError(f"weights must have shape ({e}, {kernel.shape[0]}) (edges, weights_kernel's "
+                       f"rows); got {w.shape}")
+    dtype = jnp.result_type(dtype, w, kernel)
+    kernel = kernel.astype(dtype) * jnp.asarray(scale, dtype)
+  elif weights is None:
     w = jnp.broadcast_to(jnp.asarray(scale, dtype), (e, scale.size))
   else:
     want = _result_dtype(x, sh, weights)
@@ -228,7 +248,7 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
       raise ValueError(f"{name} must have shape ({e},) (one per edge); got {ids.shape}")
   snd, rcv = int32_indices(snd, xa.shape[0]), int32_indices(rcv, num_nodes)
   graph = _graph(snd, rcv, xa.shape[0], num_nodes)
-  out = _conv_built_p.bind(xa.astype(dtype), y.astype(dtype), w.astype(dtype), *graph, mode=OUT,
-                           key=(tx, ty, to, paths))
+  out = bind_built(xa.astype(dtype), y.astype(dtype), w.astype(dtype), kernel, graph,
+                   (tx, ty, to, paths))
   return _e3nn.wrap(like, _simplify(to) if regroup_output else to, out.astype(want))
 

@@ -18,7 +18,8 @@ harmonics of the edge vectors, a per-edge "uvu" tensor product of the sender's f
 * `NequIPConvolution` becomes a subclass of jax-md's own, with the same name, attributes and
   parameter tree, whose gather, tensor product and scatter are one fused kernel
   (`e3nn_ops.tensor_product_conv`: no per-edge array of the product). Its radial MLP (`MLP`, the
-  same parameters) returns the weights in the fused kernel's order. The self-connection, the
+  same parameters) returns its last hidden layer and last kernel (columns in the fused kernel's
+  order), whose product the fused kernel makes per receiver: no per-edge array of weights either. The self-connection, the
   linear layers and the gate stay e3nn-jax's.
 * its `e3nn.spherical_harmonics` and `e3nn.index_add` become jaxext's (`spherical_harmonics`,
   the deterministic `segment_sum`).
@@ -99,25 +100,32 @@ _E3NN = _E3nn("e3nn_jax (jaxext.equivariant.jax_md)")
 
 
 class MLP(_nn_util.MLP):
-  """jax-md's radial MLP (its parameters: Dense_0..k, same shapes and initialisers) whose last
-  layer's outputs come in `order`: the permutation is applied to the kernel's columns inside the
-  matrix product, so no (edges x weights) array is gathered (nor scatter-added in the gradient)."""
+  """jax-md's radial MLP (its parameters: Dense_0..k, same shapes and initialisers), returned as
+  its last hidden layer and its last layer's kernel, whose columns come in `order` (the fused
+  kernel's): the weights are hidden @ kernel, which the fused kernel makes per receiver
+  (`weights_kernel`), so no (edges x weights) array is made in the forward pass, gathered or
+  scatter-added. jax-md's MLP has no bias (use_bias=False), which this relies on."""
 
   order: tuple[int, ...] = ()
 
   @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
+  def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    if self.use_bias:
+      raise NotImplementedError("the factored radial MLP needs a last layer without bias")
     phi = _nn_util.get_nonlinearity_by_name(self.nonlinearity)
     for width in self.features[:-1]:
       x = phi(nn.Dense(width, use_bias=self.use_bias,
                        kernel_init=_nn_util.normal(self.scalar_mlp_std))(x))
     columns = np.asarray(self.order, np.int32)
 
-    def permuted(lhs, kernel, dimension_numbers, precision=None, preferred_element_type=None):
-      return jax.lax.dot_general(lhs, kernel[:, columns], dimension_numbers, precision=precision,
-                                 preferred_element_type=preferred_element_type)
-    return nn.Dense(self.features[-1], use_bias=self.use_bias, kernel_init=_nn_util.normal(1.0),
-                    dot_general=permuted)(x)
+    def factors(lhs, kernel, dimension_numbers, precision=None, preferred_element_type=None):
+      del dimension_numbers, precision, preferred_element_type  # (lhs's last axis, kernel's first)
+      return lhs, kernel[:, columns]
+    # nn.Dense makes (and initialises) the kernel as jax-md's, then returns what its dot_general
+    # returns (no bias to add): the two factors.
+    hidden, kernel = nn.Dense(self.features[-1], use_bias=False, kernel_init=_nn_util.normal(1.0),
+                              dot_general=factors)(x)
+    return hidden, kernel
 
 
 class NequIPConvolution(_nequip.NequIPConvolution):
@@ -155,17 +163,17 @@ class NequIPConvolution(_nequip.NequIPConvolution):
     order = np.concatenate([np.arange(offsets[kept[j]], offsets[kept[j] + 1])
                             for j in by_sorted]) if kept else np.zeros(0, np.int64)
     features = (self.radial_net_n_hidden,) * self.radial_net_n_layers + (int(offsets[-1]),)
-    weights = MLP(features, self.radial_net_nonlinearity, use_bias=False,
-                  scalar_mlp_std=self.scalar_mlp_std,
-                  order=tuple(int(c) for c in order))(edge_embedded)
+    hidden, kernel = MLP(features, self.radial_net_nonlinearity, use_bias=False,
+                         scalar_mlp_std=self.scalar_mlp_std,
+                         order=tuple(int(c) for c in order))(edge_embedded)
 
     dtype = h.dtype
     # Not regrouped: the paths in jax-md's loop order over h's terms as they come (unsorted or
     # repeated irreps included), stably sorted by output irrep as jax-md sorts them; then merged
     # as its simplify() merges them.
     messages = e3nn_ops.tensor_product_conv(
-        h.remove_zero_chunks(), edge_sh, edge_src, edge_dst, h.shape[0], weights=weights,
-        filter_ir_out=irreps_out, regroup_output=False).simplify()
+        h.remove_zero_chunks(), edge_sh, edge_src, edge_dst, h.shape[0], weights=hidden,
+        weights_kernel=kernel, filter_ir_out=irreps_out, regroup_output=False).simplify()
     h = messages.astype(dtype) / self.n_neighbors
     h = _nequip.Linear(irreps_out)(h)
     if self.use_sc:
