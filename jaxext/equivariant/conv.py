@@ -255,12 +255,10 @@ for _prim, _checked in ((conv_p, True), (_conv_built_p, False)):
 # conv()'s result with factored weights (edge_weights_kernel): w = h @ kernel, h (E, k) a radial
 # network's last hidden layer. The CPU handler (jaxext_conv_factored) makes each receiver's
 # weights as it adds its edges, so the forward pass never writes an E x weights array (at 3000
-# atoms of jax-md's NequIP, 816 MB per layer in float64, the largest array of its forward). It is
-# linear in each of x, y, h and kernel separately: the JVP binds it once per tangent; its
-# transposes make w = h @ kernel (XLA computes it once per backward pass, however many transposes
-# ask) and bind the four-mode primitive's modes x, y and w (then h's and kernel's cotangents are
-# dw @ kernel.T and h.T @ dw). Elsewhere than on the CPU the lowering is that composition too.
-# Bound only on graphs conv() built (trusted as _conv_built_p).
+# atoms of jax-md's NequIP, 816 MB per layer in float64, the largest array of its forward pass).
+# Differentiated (the JVP, hence every derivative) it is the composition: w made by a matrix
+# product, then the four-mode primitive; elsewhere than on the CPU it lowers to that too. Bound
+# only on graphs conv() built (trusted as _conv_built_p).
 conv_factored_p = Primitive("jaxext_conv_factored")
 
 
@@ -295,38 +293,27 @@ def _factored_lowering(ctx, *args, key, platform):
 
 
 def _factored_jvp(primals, tangents, *, key):
-  out = conv_factored_p.bind(*primals, key=key)
+  """Differentiated, w = h @ kernel is made once and the four-mode primitive does the rest (its
+  own rules give every higher derivative): a backward pass needs w anyway, so making it in the
+  forward pass too would only add the fused kernel's matrix products to the pass."""
+  (x, y, h, kernel), graph = primals[:4], primals[4:]
+  tx, ty, th, tk = (None if compat.is_zero_tangent(t) else t for t in tangents[:4])
+  w = _made(h, kernel)
+  out = _conv_built_p.bind(x, y, w, *graph, mode=OUT, key=key)
+  tw = None
+  for t in ((_made(th, kernel) if th is not None else None),
+            (_made(h, tk) if tk is not None else None)):
+    if t is not None:
+      tw = t if tw is None else tw + t
   total = None
-  for q, t in enumerate(tangents[:4]):
-    if compat.is_zero_tangent(t):
-      continue
-    args = list(primals)
-    args[q] = t
-    term = conv_factored_p.bind(*args, key=key)
-    total = term if total is None else total + term
+  for args in (((tx, y, w) if tx is not None else None), ((x, ty, w) if ty is not None else None),
+               ((x, y, tw) if tw is not None else None)):
+    if args is not None:
+      term = _conv_built_p.bind(*args, *graph, mode=OUT, key=key)
+      total = term if total is None else total + term
   if total is None:
     total = jnp.zeros_like(out)
   return out, total
-
-
-def _factored_transpose(ct, x, y, h, kernel, *graph, key):
-  data = (x, y, h, kernel)
-  undefined = [q for q, v in enumerate(data) if compat.is_undefined_primal(v)]
-  if len(undefined) != 1 or any(compat.is_undefined_primal(g) for g in graph):
-    raise NotImplementedError("conv_factored_p is linear in each of x, y, h and kernel "
-                              "separately, not jointly")
-  (q,) = undefined
-  ct = compat.instantiate_zeros(ct)
-  cts = [None] * (4 + len(graph))
-  if q in (0, 1):
-    slot = (X, Y)[q]
-    values = {X: x, Y: y, W: _made(h, kernel), OUT: ct}
-    cts[q] = _conv_built_p.bind(*(values[s] for s in _inputs(slot)), *graph, mode=slot, key=key)
-  else:
-    dw = _conv_built_p.bind(x, y, ct, *graph, mode=W, key=key)
-    cts[q] = (jnp.matmul(dw, kernel.T, precision=jax.lax.Precision.HIGHEST) if q == 2 else
-              jnp.matmul(h.T, dw, precision=jax.lax.Precision.HIGHEST))
-  return cts
 
 
 def _factored_batch(args, dims, *, key):
@@ -342,5 +329,4 @@ for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
   compat.register_lowering(conv_factored_p,
                            functools.partial(_factored_lowering, platform=_name), _name)
 compat.register_jvp(conv_factored_p, _factored_jvp)
-compat.register_transpose(conv_factored_p, _factored_transpose)
 compat.register_batching(conv_factored_p, _factored_batch)
