@@ -179,11 +179,10 @@ def gen_tp(rng):
   return tuple(ops), dict(mode=mode, key=key)
 
 
-def gen_conv(rng):
+def _conv_graph(rng):
+  """A random graph's eight operands (conv()'s), some perturbed, and its sizes."""
   import jax.numpy as jnp
   cv = _module("jaxext.equivariant.conv")
-  key, spec = _tp_setup(rng)
-  dtype = _dtype(rng, floats_only=rng.random() < 0.9)
   n_send, n_recv, e = (int(rng.choice([0, 1, 3, 6])) for _ in range(3))
   snd = rng.integers(0, max(n_send, 1), e).astype(np.int32)
   rcv = rng.integers(0, max(n_recv, 1), e).astype(np.int32)
@@ -202,10 +201,29 @@ def gen_conv(rng):
     if rng.random() < 0.1:
       g = g.astype(np.int64)
     graph[i] = g
+  return graph, (n_send, e, n_recv)
+
+
+def gen_conv(rng):
+  key, spec = _tp_setup(rng)
+  dtype = _dtype(rng, floats_only=rng.random() < 0.9)
+  graph, (n_send, e, n_recv) = _conv_graph(rng)
   mode = int(rng.choice([3, 3, 3, 0, 1, 2]))
   rows = {0: n_send, 1: e, 2: e, 3: n_recv}
   ops = [_floats(rng, (rows[s], spec.dims[s]), dtype) for s in range(4) if s != mode]
   return tuple(ops) + tuple(graph), dict(mode=mode, key=key)
+
+
+def gen_conv_factored(rng):
+  """conv's factored weights (w = h @ kernel made by the handler, per receiver in chunks)."""
+  key, spec = _tp_setup(rng)
+  dtype = _dtype(rng, floats_only=rng.random() < 0.9)
+  graph, (n_send, e, n_recv) = _conv_graph(rng)
+  k = int(rng.choice([0, 1, 3, 9]))
+  off = lambda n: n if rng.random() < 0.95 else n + 1
+  ops = (_floats(rng, (n_send, spec.dims[0]), dtype), _floats(rng, (e, spec.dims[1]), dtype),
+         _floats(rng, (off(e), k), dtype), _floats(rng, (off(k), off(spec.dims[2])), dtype))
+  return ops + tuple(graph), dict(key=key)
 
 
 def gen_gather(rng):
@@ -336,6 +354,7 @@ def _prim(name):
       "transit_p": transit.transit_p, "transit_lin_p": transit.transit_lin_p,
       "transit_vjp_p": transit.transit_vjp_p, "sph_p": equivariant.sph_p, "tp_p": equivariant.tp_p,
       "conv_p": equivariant.conv_p, "gather_p": equivariant.gather_p,
+      "conv_factored_p": _module("jaxext.equivariant.conv")._conv_factored_p,
       "segment_sum_p": equivariant.segment_sum_p, "numba_call_p": nk.numba_call_p,
       "dop853_p": ode.dop853_p,
   }[name]
@@ -345,6 +364,7 @@ GENERATORS = {
     "kepler_p": gen_kepler, "limbdark_p": gen_limbdark, "transit_p": gen_transit,
     "transit_lin_p": gen_transit_lin, "transit_vjp_p": gen_transit_vjp,
     "sph_p": gen_sph, "tp_p": gen_tp, "conv_p": gen_conv, "gather_p": gen_gather,
+    "conv_factored_p": gen_conv_factored,
     "segment_sum_p": gen_segment_sum, "numba_call_p": gen_numba_call, "dop853_p": gen_dop853,
 }
 

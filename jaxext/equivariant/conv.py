@@ -137,7 +137,7 @@ def bind_built(x, y, w, kernel, graph, key):
   (factored) when kernel is not None."""
   if kernel is None:
     return _conv_built_p.bind(x, y, w, *graph, mode=OUT, key=key)
-  return conv_factored_p.bind(x, y, w, kernel, *graph, key=key)
+  return _conv_factored_p.bind(x, y, w, kernel, *graph, key=key)
 
 
 def node_count(num_nodes) -> int:
@@ -259,7 +259,7 @@ for _prim, _checked in ((conv_p, True), (_conv_built_p, False)):
 # Differentiated (the JVP, hence every derivative) it is the composition: w made by a matrix
 # product, then the four-mode primitive; elsewhere than on the CPU it lowers to that too. Bound
 # only on graphs conv() built (trusted as _conv_built_p).
-conv_factored_p = Primitive("jaxext_conv_factored")
+_conv_factored_p = Primitive("jaxext_conv_factored")
 
 
 def _made(h, kernel):
@@ -320,13 +320,13 @@ def _factored_batch(args, dims, *, key):
   """A batch of graphs (same sizes): one call per graph (jax.lax.map)."""
   size = compat.batch_size(args, dims)
   moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
-  return jax.lax.map(lambda xs: conv_factored_p.bind(*xs, key=key), tuple(moved)), 0
+  return jax.lax.map(lambda xs: _conv_factored_p.bind(*xs, key=key), tuple(moved)), 0
 
 
-conv_factored_p.def_abstract_eval(_factored_abstract_eval)
-_eager.def_jit_impl(conv_factored_p)
+_conv_factored_p.def_abstract_eval(_factored_abstract_eval)
+_eager.def_jit_impl(_conv_factored_p)
 for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
-  compat.register_lowering(conv_factored_p,
+  compat.register_lowering(_conv_factored_p,
                            functools.partial(_factored_lowering, platform=_name), _name)
-compat.register_jvp(conv_factored_p, _factored_jvp)
-compat.register_batching(conv_factored_p, _factored_batch)
+compat.register_jvp(_conv_factored_p, _factored_jvp)
+compat.register_batching(_conv_factored_p, _factored_batch)
