@@ -710,12 +710,16 @@ def test_conv_vmap_over_graphs():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("k", [1, 7])
-def test_conv_factored_weights_equal_the_product_made_first(dtype, k):
+@pytest.mark.parametrize("k, irreps", [
+    (1, CONV_IRREPS),  # 39 weights: 16 + 16 + 7 columns (float64), 32 + 7 (float32)
+    (7, ("8x0e+8x1o+8x2e", "0e+1o+2e", "8x0e+8x1o+8x2e")),  # 88: 5 x 16 + 8, 2 x 32 + 3 x 8
+    (0, CONV_IRREPS),  # no hidden units: zero weights
+])
+def test_conv_factored_weights_equal_the_product_made_first(dtype, k, irreps):
   # edge_weights_kernel: the weights are edge_weights @ kernel, made per receiver by the CPU
   # kernel in chunks of 48 edges. Receivers with 0, 1, 47, 48, 49 and 100 edges (the chunk's
   # edges), the reference e3nn-jax's unfused product of weights made in float64 by numpy.
-  ix, iy, io = CONV_IRREPS
+  ix, iy, io = irreps
   counts = [0, 1, 47, 48, 49, 100]
   rcv = np.repeat(np.arange(len(counts)), counts)
   edges, nodes = rcv.size, len(counts)
@@ -741,10 +745,20 @@ def test_conv_factored_weights_equal_the_product_made_first(dtype, k):
       np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want),
                                  atol=tol * float(np.max(np.abs(want))))
     assert np.all(np.asarray(got)[0] == 0)  # the receiver without edges
-    # vmap over the hidden layer (a batch of radial networks' outputs)
+    if k == 0:
+      assert np.all(np.asarray(got) == 0)
+      continue
+    # vmap over the hidden layer (a batch of radial networks' outputs), and over x and kernel
+    scale = float(np.max(np.abs(want)))
     both = jax.vmap(f, in_axes=(None, None, 0, None))(xs, ys, np.stack([hs, 2 * hs]), ks)
-    np.testing.assert_allclose(np.asarray(both[1], np.float64), 2 * np.asarray(want),
-                               atol=2 * tol * float(np.max(np.abs(want))))
+    for b, factor in enumerate((1, 2)):
+      np.testing.assert_allclose(np.asarray(both[b], np.float64), factor * np.asarray(want),
+                                 atol=factor * tol * scale)
+    both = jax.vmap(f, in_axes=(0, None, None, 0))(np.stack([xs, -xs]), ys, hs,
+                                                   np.stack([3 * ks, ks]))
+    for b, factor in enumerate((3, -1)):
+      np.testing.assert_allclose(np.asarray(both[b], np.float64), factor * np.asarray(want),
+                                 atol=3 * tol * scale)
 
 
 def test_conv_factored_weights_derivatives_to_third_order():
@@ -770,6 +784,24 @@ def test_conv_factored_weights_derivatives_to_third_order():
     d2 = lambda s: jax.jvp(d1, (s,), (1.0,))[1]
     return jax.grad(d2)(0.0)
   assert float(third(f)) == pytest.approx(float(third(ref)), rel=1e-10)
+
+
+def test_products_bound_with_mixed_dtypes_raise():
+  # the handlers read every operand in the result's dtype: a direct bind mixing float32 and
+  # float64 is refused when traced (it would read past a float32 buffer as doubles)
+  conv_module = sys.modules["jaxext.equivariant.conv"]
+  from jaxext.equivariant import _irreps
+  x, y, w, snd, rcv = _conv_inputs(6, 20, 39)
+  key = tuple(_irreps.parse(i) for i in CONV_IRREPS)
+  graph = conv_module._graph(jnp.asarray(snd, jnp.int32), jnp.asarray(rcv, jnp.int32), 6, 6)
+  w32 = np.asarray(w, np.float32)
+  with pytest.raises(TypeError, match="share one dtype"):
+    eq.conv_p.bind(x, y, w32, *graph, mode=3, key=key)
+  with pytest.raises(TypeError, match="share one dtype"):
+    eq.tp_p.bind(x[snd], y, w32, mode=3, key=key)
+  with pytest.raises(TypeError, match="share one dtype"):
+    conv_module._conv_factored_p.bind(x, y, np.ones((20, 2), np.float32),
+                                      np.ones((2, w.shape[1])), *graph, key=key)
 
 
 def test_conv_factored_weights_bad_arguments():

@@ -84,6 +84,10 @@ xla::ffi::Error SlotData(const TpAttrs& a, xla::ffi::AnyBuffer* const operands[3
   for (int s = 0, k = 0; s < 4; ++s) {
     slot[s] = nullptr;
     if (s == a.mode) continue;
+    if (operands[k]->element_type() != result.element_type()) {
+      return xla::ffi::Error::InvalidArgument(std::string(op) +
+                                              ": the operands' and the result's dtypes differ");
+    }
     if (static_cast<int64_t>(operands[k]->element_count()) != rows[s] * a.dims[s]) {
       return xla::ffi::Error::InvalidArgument(std::string(op) +
                                               ": operand shapes disagree with " + what);

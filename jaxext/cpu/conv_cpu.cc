@@ -100,6 +100,7 @@ ffi::Error CheckGraph(ffi::AnyBuffer& senders, ffi::AnyBuffer& receivers, ffi::A
 // product's weights), made one receiver's edges at a time (EdgeWeights) instead of read.
 template <typename T>
 struct WeightFactors {
+  bool factored = false;  // (h may be null: a zero-size buffer when k = 0)
   const T* h = nullptr;
   int64_t k = 0;
   const T* kernel = nullptr;
@@ -148,7 +149,7 @@ ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_i
                        };
                        std::vector<const T*> h_rows;
                        std::vector<T> made;
-                       if (factors.h != nullptr) {
+                       if (factors.factored) {
                          h_rows.resize(kChunk);
                          made.resize(static_cast<size_t>(kChunk * d[tp::kW]));
                        }
@@ -159,12 +160,12 @@ ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_i
                          } else {  // a node: its edges in sorted order
                            const int32_t* order = m == tp::kOut ? order_r : order_s;
                            const int32_t* range = m == tp::kOut ? range_r : range_s;
-                           if (factors.h == nullptr) {
+                           if (!factors.factored) {
                              for (int32_t q = range[i]; q < range[i + 1]; ++q) {
                                add_edge(order[q], weights(order[q]));
                              }
                            } else {
-                             for (int32_t q0 = range[i]; q0 < range[i + 1]; q0 += kChunk) {
+                             for (int64_t q0 = range[i]; q0 < range[i + 1]; q0 += kChunk) {
                                const int64_t n = std::min<int64_t>(kChunk, range[i + 1] - q0);
                                for (int64_t j = 0; j < n; ++j) {
                                  h_rows[j] = factors.h + order[q0 + j] * factors.k;
@@ -235,7 +236,7 @@ ffi::Future ConvFactoredTyped(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyB
                                "weights: (edges, k) and (k, weights))"));
   }
   const T* slot[4] = {x.typed_data<T>(), y.typed_data<T>(), nullptr, nullptr};
-  WeightFactors<T> factors{h.typed_data<T>(), hd[1], kernel.typed_data<T>()};
+  WeightFactors<T> factors{true, h.typed_data<T>(), hd[1], kernel.typed_data<T>()};
   return ConvRun<T>(pool, g, slot, factors, out->typed_data<T>(), attrs);
 }
 

@@ -26,8 +26,8 @@ from jaxext import _jax_compat as compat
 from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
-from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_reachable,
-                                               checked_spec, ffi_attrs, register_trilinear_rules,
+from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_one_dtype,
+                                               check_reachable, checked_spec, ffi_attrs, register_trilinear_rules,
                                                unwrap_operands, weight_scale)
 
 __all__ = ["conv", "conv_p"]
@@ -181,6 +181,7 @@ def _abstract_eval(a, b, c, *graph, mode, key):
                     f"{[f'{g.dtype}{list(g.shape)}' for g in graph]}")
   if graph[3].shape[0] < 1 or graph[5].shape[0] < 1:
     raise TypeError("conv_p: the range arrays need at least one entry (nodes + 1)")
+  check_one_dtype("conv_p", a, b, c)
   for arr, s in zip((a, b, c), _inputs(mode)):
     if arr.shape != (_rows(mode, graph, s), spec.dims[s]):
       raise TypeError(f"conv_p: operand of slot {s} has shape {arr.shape}")
@@ -270,6 +271,9 @@ def _factored_abstract_eval(x, y, h, kernel, *graph, key):
   spec = checked_spec("conv_factored_p", OUT, key)
   if len(graph) != 6 or any(g.ndim != 1 or g.dtype != np.int32 for g in graph):
     raise TypeError("conv_factored_p: the graph is six 1-D int32 arrays")
+  if graph[3].shape[0] < 1 or graph[5].shape[0] < 1:
+    raise TypeError("conv_factored_p: the range arrays need at least one entry (nodes + 1)")
+  check_one_dtype("conv_factored_p", x, y, h, kernel)
   e = graph[0].shape[0]
   if (x.shape != (graph[5].shape[0] - 1, spec.dims[X]) or y.shape != (e, spec.dims[Y]) or
       h.ndim != 2 or h.shape[0] != e or kernel.shape != (h.shape[1], spec.dims[W])):

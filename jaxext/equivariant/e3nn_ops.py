@@ -219,9 +219,9 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
   if weights_kernel is not None:
     if weights is None:
       raise TypeError("weights_kernel needs weights (the hidden layer it multiplies)")
-    want = _result_dtype(x, sh, weights, weights_kernel)
     w = float_operand(weights, "weights")
     kernel = float_operand(weights_kernel, "weights_kernel")
+    want = _result_dtype(x, sh, w, kernel)
     if kernel.ndim != 2 or kernel.shape[1] != scale.size:
       raise ValueError(f"weights_kernel must have shape (k, {scale.size}) (k, irreps of the "
                        f"output); got {kernel.shape}")

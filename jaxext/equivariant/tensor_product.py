@@ -314,8 +314,18 @@ def checked_spec(prim: str, mode, key) -> _Spec:
     raise TypeError(f"{prim}: {err}") from None
 
 
+def check_one_dtype(prim: str, *operands) -> None:
+  """A TypeError unless the floating operands of a bound product share one dtype: the handlers
+  read every operand in the result's (the first operand's) dtype."""
+  dtypes = {np.dtype(a.dtype) for a in operands}
+  if len(dtypes) != 1:
+    raise TypeError(f"{prim}: the feature operands must share one dtype; got "
+                    f"{[str(np.dtype(a.dtype)) for a in operands]}")
+
+
 def _abstract_eval(a, b, c, *, mode, key):
   spec = checked_spec("tp_p", mode, key)
+  check_one_dtype("tp_p", a, b, c)
   for arr, s in zip((a, b, c), _inputs(mode)):
     if arr.ndim != 2 or arr.shape[1] != spec.dims[s] or arr.shape[0] != a.shape[0]:
       raise TypeError(f"tp_p: operand for {_SLOTS[s]} has shape {arr.shape}")
