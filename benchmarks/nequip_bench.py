@@ -9,9 +9,9 @@ angstrom (~34 neighbours within jax-md's default 5 A cutoff), two species; jax-m
 configuration (128x0e+64x1e+4x2e features, harmonics to l = 2) with `--layers` interaction layers.
 Each arm runs in its own process (so that peak memory is its own), the order alternating per round:
 it compiles both jobs, reports XLA's temporary buffer sizes and its checksums, then times each job
-(best of 2 calls after a warm-up), and its peak resident memory after the parameters' initialisation.
-The parent prints each arm's best and median over the rounds and
-the ratios e3nn / jaxext, and checks that energies agree (1e-10 relative) and forces (1e-10 of
+(best of 2 calls after a warm-up), and its peak resident memory after the parameters'
+initialisation. The parent prints each arm's best and median over the rounds and the ratios
+e3nn / jaxext, and checks that energies agree (1e-10 relative) and forces (1e-10 of
 their largest). Timings: wall clock around a blocking call; the machine's load is printed.
 At 3000 atoms e3nn-jax's energy + forces needs ~19 GB of memory.
 """

@@ -17,8 +17,10 @@ namespace jaxext {
 namespace cpu {
 namespace {
 
+constexpr char kOp[] = "jaxext equivariant.conv";
+
 ffi::Error Invalid(const std::string& what) {
-  return ffi::Error::InvalidArgument("jaxext equivariant.conv: " + what);
+  return ffi::Error::InvalidArgument(std::string(kOp) + ": " + what);
 }
 
 // The graph's operands, checked: int32, one sender and receiver per edge, every id in range, and
@@ -31,7 +33,8 @@ struct Graph {
 ffi::Error CheckGraph(ffi::AnyBuffer& senders, ffi::AnyBuffer& receivers, ffi::AnyBuffer& by_recv,
                       ffi::AnyBuffer& recv_ranges, ffi::AnyBuffer& by_send,
                       ffi::AnyBuffer& send_ranges, Graph* g_out) {
-  for (ffi::AnyBuffer* ids : {&senders, &receivers, &by_recv, &recv_ranges, &by_send, &send_ranges}) {
+  for (ffi::AnyBuffer* ids :
+       {&senders, &receivers, &by_recv, &recv_ranges, &by_send, &send_ranges}) {
     if (ids->element_type() != ffi::DataType::S32) return Invalid("int32 indices");
   }
   Graph g;
@@ -198,8 +201,8 @@ ffi::Future ConvTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
   const int64_t rows[4] = {g.s, g.e, g.e, g.r};
   ffi::AnyBuffer* const operands[3] = {&a, &b, &c};
   const T* slot[4];
-  if (ffi::Error err = SlotData<T>(attrs, operands, *out, rows, slot,
-                                    "jaxext equivariant.conv", "the graph and irreps");
+  if (ffi::Error err = SlotData<T>(attrs, operands, *out, rows, slot, kOp,
+                                    "the graph and irreps");
       err.failure()) {
     return ErrorFuture(std::move(err));
   }
@@ -248,23 +251,12 @@ ffi::Future ConvImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b, f
                      ffi::Span<const int64_t> cg_j, ffi::Span<const int64_t> cg_k,
                      ffi::Span<const double> cg_v, int64_t n_paths, int64_t n_entries,
                      ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms) {
-  TpAttrs attrs;
-  if (ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
-                                     n_entries, x_terms, out_terms, "jaxext equivariant.conv",
-                                     &attrs);
-      err.failure()) {
-    return ErrorFuture(std::move(err));
-  }
-  switch (out->element_type()) {
-    case ffi::DataType::F32:
-      return ConvTyped<float>(pool, a, b, c, senders, receivers, by_recv, recv_ranges, by_send,
-                              send_ranges, out, attrs);
-    case ffi::DataType::F64:
-      return ConvTyped<double>(pool, a, b, c, senders, receivers, by_recv, recv_ranges, by_send,
-                               send_ranges, out, attrs);
-    default:
-      return ErrorFuture(Invalid("float32 or float64 only"));
-  }
+  return WithTpAttrs(kOp, out->element_type(), mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                     n_entries, x_terms, out_terms, [&](auto zero, const TpAttrs& attrs) {
+                       return ConvTyped<decltype(zero)>(pool, a, b, c, senders, receivers,
+                                                        by_recv, recv_ranges, by_send,
+                                                        send_ranges, out, attrs);
+                     });
 }
 
 ffi::Future ConvFactoredImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer y,
@@ -277,23 +269,12 @@ ffi::Future ConvFactoredImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuf
                              ffi::Span<const int64_t> cg_j, ffi::Span<const int64_t> cg_k,
                              ffi::Span<const double> cg_v, int64_t n_paths, int64_t n_entries,
                              ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms) {
-  TpAttrs attrs;
-  if (ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
-                                     n_entries, x_terms, out_terms, "jaxext equivariant.conv",
-                                     &attrs);
-      err.failure()) {
-    return ErrorFuture(std::move(err));
-  }
-  switch (out->element_type()) {
-    case ffi::DataType::F32:
-      return ConvFactoredTyped<float>(pool, x, y, h, kernel, senders, receivers, by_recv,
-                                      recv_ranges, by_send, send_ranges, out, attrs);
-    case ffi::DataType::F64:
-      return ConvFactoredTyped<double>(pool, x, y, h, kernel, senders, receivers, by_recv,
-                                       recv_ranges, by_send, send_ranges, out, attrs);
-    default:
-      return ErrorFuture(Invalid("float32 or float64 only"));
-  }
+  return WithTpAttrs(kOp, out->element_type(), mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                     n_entries, x_terms, out_terms, [&](auto zero, const TpAttrs& attrs) {
+                       return ConvFactoredTyped<decltype(zero)>(pool, x, y, h, kernel, senders,
+                                                                receivers, by_recv, recv_ranges,
+                                                                by_send, send_ranges, out, attrs);
+                     });
 }
 
 }  // namespace

@@ -12,11 +12,42 @@
 #include <vector>
 
 #include "jaxext/common/tp_binding.h"
+#include "jaxext/cpu/parallel.h"
 #include "jaxext/kernels/tp.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jaxext {
 namespace cpu {
+
+// The part every CPU product handler shares after its operands (tensor_product, conv and conv's
+// factored form): the attributes decoded, then run(T(), attrs) for the result's dtype T (float or
+// double); otherwise an error future starting with `op`.
+template <typename Run>
+xla::ffi::Future WithTpAttrs(const char* op, xla::ffi::DataType type, int64_t mode,
+                             xla::ffi::Span<const int64_t> dims,
+                             xla::ffi::Span<const int64_t> paths,
+                             xla::ffi::Span<const int64_t> cg_i,
+                             xla::ffi::Span<const int64_t> cg_j,
+                             xla::ffi::Span<const int64_t> cg_k,
+                             xla::ffi::Span<const double> cg_v, int64_t n_paths,
+                             int64_t n_entries, xla::ffi::Span<const int64_t> x_terms,
+                             xla::ffi::Span<const int64_t> out_terms, Run run) {
+  TpAttrs attrs;
+  if (xla::ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                          n_entries, x_terms, out_terms, op, &attrs);
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  switch (type) {
+    case xla::ffi::DataType::F32:
+      return run(float(), attrs);
+    case xla::ffi::DataType::F64:
+      return run(double(), attrs);
+    default:
+      return ErrorFuture(xla::ffi::Error::InvalidArgument(std::string(op) +
+                                                          ": float32 or float64 only"));
+  }
+}
 
 // The attributes copied out of the call frame, for work that runs after the handler returned
 // (its future completes later): the decoded TpAttrs point into the copies.

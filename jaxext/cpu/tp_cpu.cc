@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <string>
 
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/cpu/tp_common.h"
@@ -15,9 +14,7 @@ namespace jaxext {
 namespace cpu {
 namespace {
 
-ffi::Error Invalid(const std::string& what) {
-  return ffi::Error::InvalidArgument("jaxext tensor_product: " + what);
-}
+constexpr char kOp[] = "jaxext tensor_product";
 
 template <typename T>
 ffi::Future TensorProductTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
@@ -28,8 +25,7 @@ ffi::Future TensorProductTyped(ffi::ThreadPool& pool, ffi::AnyBuffer a, ffi::Any
   const int64_t slot_rows[4] = {rows, rows, rows, rows};
   ffi::AnyBuffer* const operands[3] = {&a, &b, &c};
   const T* slot[4];
-  if (ffi::Error err = SlotData<T>(attrs, operands, *out, slot_rows, slot,
-                                    "jaxext tensor_product", "the irreps");
+  if (ffi::Error err = SlotData<T>(attrs, operands, *out, slot_rows, slot, kOp, "the irreps");
       err.failure()) {
     return ErrorFuture(std::move(err));
   }
@@ -59,21 +55,11 @@ ffi::Future TensorProductImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBu
                               ffi::Span<const int64_t> cg_k, ffi::Span<const double> cg_v,
                               int64_t n_paths, int64_t n_entries, ffi::Span<const int64_t> x_terms,
                               ffi::Span<const int64_t> out_terms) {
-  TpAttrs attrs;
-  if (ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
-                                     n_entries, x_terms, out_terms, "jaxext tensor_product",
-                                     &attrs);
-      err.failure()) {
-    return ErrorFuture(std::move(err));
-  }
-  switch (out->element_type()) {
-    case ffi::DataType::F32:
-      return TensorProductTyped<float>(pool, a, b, c, out, attrs);
-    case ffi::DataType::F64:
-      return TensorProductTyped<double>(pool, a, b, c, out, attrs);
-    default:
-      return ErrorFuture(Invalid("float32 or float64 only"));
-  }
+  return WithTpAttrs(kOp, out->element_type(), mode, dims, paths, cg_i, cg_j,
+                     cg_k, cg_v, n_paths, n_entries, x_terms, out_terms,
+                     [&](auto zero, const TpAttrs& attrs) {
+                       return TensorProductTyped<decltype(zero)>(pool, a, b, c, out, attrs);
+                     });
 }
 
 }  // namespace

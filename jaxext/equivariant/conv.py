@@ -27,8 +27,9 @@ from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
 from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_one_dtype,
-                                               check_reachable, checked_spec, ffi_attrs, register_trilinear_rules,
-                                               unwrap_operands, weight_scale)
+                                               check_reachable, checked_spec, ffi_attrs,
+                                               register_trilinear_rules, unwrap_operands,
+                                               weight_scale)
 
 __all__ = ["conv", "conv_p"]
 
@@ -173,14 +174,20 @@ def _rows(mode, graph_avals, slot):
   return {X: graph_avals[5].shape[0] - 1, Y: e, W: e, OUT: graph_avals[3].shape[0] - 1}[slot]
 
 
-def _abstract_eval(a, b, c, *graph, mode, key):
-  spec = checked_spec("conv_p", mode, key)
+def _check_graph(prim, graph):
+  """A TypeError naming `prim` unless `graph` is the six graph operands of conv's primitives
+  (1-D int32; the ranges one entry longer than their nodes, so never empty)."""
   if len(graph) != 6 or any(g.ndim != 1 or g.dtype != np.int32 for g in graph):
-    raise TypeError("conv_p: the graph is six 1-D int32 arrays (senders, receivers, edges by "
+    raise TypeError(f"{prim}: the graph is six 1-D int32 arrays (senders, receivers, edges by "
                     "receiver and its ranges, edges by sender and its ranges); got "
                     f"{[f'{g.dtype}{list(g.shape)}' for g in graph]}")
   if graph[3].shape[0] < 1 or graph[5].shape[0] < 1:
-    raise TypeError("conv_p: the range arrays need at least one entry (nodes + 1)")
+    raise TypeError(f"{prim}: the range arrays need at least one entry (nodes + 1)")
+
+
+def _abstract_eval(a, b, c, *graph, mode, key):
+  spec = checked_spec("conv_p", mode, key)
+  _check_graph("conv_p", graph)
   check_one_dtype("conv_p", a, b, c)
   for arr, s in zip((a, b, c), _inputs(mode)):
     if arr.shape != (_rows(mode, graph, s), spec.dims[s]):
@@ -237,11 +244,11 @@ def _lowering(ctx, *args, mode, key, platform, checked):
   return compat.lower_fun(cuda, multiple_results=True)(ctx, *args)
 
 
-def _batch(prim, args, dims, *, mode, key):
+def _batch(prim, args, dims, **params):
   """A batch of graphs (same sizes): one call per graph (jax.lax.map)."""
   size = compat.batch_size(args, dims)
   moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
-  out = jax.lax.map(lambda xs: prim.bind(*xs, mode=mode, key=key), tuple(moved))
+  out = jax.lax.map(lambda xs: prim.bind(*xs, **params), tuple(moved))
   return out, 0
 
 
@@ -269,10 +276,7 @@ def _made(h, kernel):
 
 def _factored_abstract_eval(x, y, h, kernel, *graph, key):
   spec = checked_spec("conv_factored_p", OUT, key)
-  if len(graph) != 6 or any(g.ndim != 1 or g.dtype != np.int32 for g in graph):
-    raise TypeError("conv_factored_p: the graph is six 1-D int32 arrays")
-  if graph[3].shape[0] < 1 or graph[5].shape[0] < 1:
-    raise TypeError("conv_factored_p: the range arrays need at least one entry (nodes + 1)")
+  _check_graph("conv_factored_p", graph)
   check_one_dtype("conv_factored_p", x, y, h, kernel)
   e = graph[0].shape[0]
   if (x.shape != (graph[5].shape[0] - 1, spec.dims[X]) or y.shape != (e, spec.dims[Y]) or
@@ -320,17 +324,10 @@ def _factored_jvp(primals, tangents, *, key):
   return out, total
 
 
-def _factored_batch(args, dims, *, key):
-  """A batch of graphs (same sizes): one call per graph (jax.lax.map)."""
-  size = compat.batch_size(args, dims)
-  moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
-  return jax.lax.map(lambda xs: _conv_factored_p.bind(*xs, key=key), tuple(moved)), 0
-
-
 _conv_factored_p.def_abstract_eval(_factored_abstract_eval)
 _eager.def_jit_impl(_conv_factored_p)
 for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
   compat.register_lowering(_conv_factored_p,
                            functools.partial(_factored_lowering, platform=_name), _name)
 compat.register_jvp(_conv_factored_p, _factored_jvp)
-compat.register_batching(_conv_factored_p, _factored_batch)
+compat.register_batching(_conv_factored_p, functools.partial(_batch, _conv_factored_p))

@@ -19,8 +19,8 @@ harmonics of the edge vectors, a per-edge "uvu" tensor product of the sender's f
   parameter tree, whose gather, tensor product and scatter are one fused kernel
   (`e3nn_ops.tensor_product_conv`: no per-edge array of the product). Its radial MLP (`MLP`, the
   same parameters) returns its last hidden layer and last kernel (columns in the fused kernel's
-  order), whose product the fused kernel makes per receiver: no per-edge array of weights either. The self-connection, the
-  linear layers and the gate stay e3nn-jax's.
+  order), whose product the fused kernel makes per receiver: no per-edge array of weights
+  either. The self-connection, the linear layers and the gate stay e3nn-jax's.
 * its `e3nn.spherical_harmonics` and `e3nn.index_add` become jaxext's (`spherical_harmonics`,
   the deterministic `segment_sum`).
 
