@@ -9,7 +9,7 @@ angstrom (~34 neighbours within jax-md's default 5 A cutoff), two species; jax-m
 configuration (128x0e+64x1e+4x2e features, harmonics to l = 2) with `--layers` interaction layers.
 Each arm runs in its own process (so that peak memory is its own), the order alternating per round:
 it compiles both jobs, reports XLA's temporary buffer sizes and its checksums, then times each job
-(best of 2 calls after a warm-up), and its peak resident memory after the parameters'
+(best of `--calls` calls after a warm-up, 2 by default), and its peak resident memory after the parameters'
 initialisation. The parent prints each arm's best and median over the rounds and the ratios
 e3nn / jaxext, and checks that energies agree (1e-10 relative) and forces (1e-10 of
 their largest). Timings: wall clock around a blocking call; the machine's load is printed.
@@ -49,18 +49,16 @@ def _peak_rss_gib(reset):
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
 
 
-def child(args):
+def make_system(atoms, layers, dtype):
+  """jax-md's NequIP on `atoms` atoms (see the module's docstring), its parameters in `dtype`:
+  (energy_fn, params, pos, nbrs, edges)."""
   import jax
-  if args.dtype == "float64":
-    jax.config.update("jax_enable_x64", True)
   import jax.numpy as jnp
   import numpy as np
   from jax_md import energy, space
 
-  from jaxext.equivariant import jax_md as jaxext_jax_md
-
-  dtype = jnp.dtype(args.dtype)
-  n = args.atoms
+  dtype = jnp.dtype(dtype)
+  n = atoms
   box = (n / 0.07) ** (1 / 3)
   k = int(np.ceil(n ** (1 / 3)))
   a = box / k
@@ -70,7 +68,7 @@ def child(args):
   species = rng.integers(0, 2, n)
   displacement, _ = space.periodic(box)
   cfg = energy.nequip.default_config()
-  cfg.n_elements, cfg.shift, cfg.scale, cfg.graph_net_steps = 2, 0.0, 1.0, args.layers
+  cfg.n_elements, cfg.shift, cfg.scale, cfg.graph_net_steps = 2, 0.0, 1.0, layers
   neighbor_fn, init_fn, energy_fn = energy.nequip_neighbor_list(
       displacement, box, cfg, atoms=jax.nn.one_hot(species, 2, dtype=dtype))
   nbrs = neighbor_fn.allocate(pos)
@@ -78,6 +76,19 @@ def child(args):
   params = jax.tree.map(lambda v: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v,
                         params)
   edges = int(np.sum(np.asarray(nbrs.idx[0]) < n))
+  return energy_fn, params, pos, nbrs, edges
+
+
+def child(args):
+  """One arm in this process: prints RESULT {json} (times, XLA temporaries, energy, forces)."""
+  import jax
+  if args.dtype == "float64":
+    jax.config.update("jax_enable_x64", True)
+  import numpy as np
+
+  from jaxext.equivariant import jax_md as jaxext_jax_md
+
+  energy_fn, params, pos, nbrs, edges = make_system(args.atoms, args.layers, args.dtype)
   # Peak memory from here on: jax-md's initialisation (eager e3nn-jax over the whole system,
   # ~14 GB at 3000 atoms) is the same for both arms and not the model's.
   reset = _reset_peak_rss()
@@ -94,7 +105,7 @@ def child(args):
       out["temp_gib"][name] = exe.memory_analysis().temp_size_in_bytes / 2 ** 30
       res = jax.block_until_ready(exe(params, pos, nbrs))  # warm-up
       best = float("inf")
-      for _ in range(2):
+      for _ in range(args.calls):
         t = time.perf_counter()
         jax.block_until_ready(exe(params, pos, nbrs))
         best = min(best, time.perf_counter() - t)
@@ -103,6 +114,9 @@ def child(args):
         out["energy"] = float(res[0])
         out["forces"] = np.asarray(res[1], np.float64).tolist()
   out["peak_rss_gib"] = _peak_rss_gib(reset)
+  stats = pos.devices().pop().memory_stats() or {}  # GPUs: the allocator's peak (from the start)
+  if "peak_bytes_in_use" in stats:
+    out["device_peak_gib"] = stats["peak_bytes_in_use"] / 2 ** 30
   print("RESULT " + json.dumps(out))
 
 
@@ -113,6 +127,7 @@ def main():
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--arms", default=",".join(ARMS))
   p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+  p.add_argument("--calls", type=int, default=2, help="timed calls per job (best of them)")
   p.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
   args = p.parse_args()
   if args.child:
@@ -125,7 +140,8 @@ def main():
   for r in range(args.rounds):
     for arm in (arms if r % 2 == 0 else arms[::-1]):
       cmd = [sys.executable, os.path.abspath(__file__), "--child", arm, "--atoms",
-             str(args.atoms), "--layers", str(args.layers), "--dtype", args.dtype]
+             str(args.atoms), "--layers", str(args.layers), "--dtype", args.dtype,
+             "--calls", str(args.calls)]
       run = subprocess.run(cmd, capture_output=True, text=True)
       line = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
       if run.returncode or not line:

@@ -9,6 +9,12 @@ import subprocess
 import sys
 
 
+def _sections():
+  r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--list-sections"],
+                     capture_output=True, text=True, check=True)
+  return r.stdout.split()
+
+
 def test_gpu_checks_script_runs_on_cpu(tmp_path):
   libs = tmp_path / "libs"
   libs.mkdir()
@@ -17,8 +23,10 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   env["OUT"] = str(tmp_path)
   env["PYTHONFAULTHANDLER"] = "1"
   env["PYTHONUNBUFFERED"] = "1"
+  sections = [s for s in _sections() if s != "nequip"]  # (nequip: the test below)
   r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--device", "cpu",
-                      "--libs", str(libs), "--n", "200000", "--repeats", "2"],
+                      "--libs", str(libs), "--n", "200000", "--repeats", "2",
+                      "--only", ",".join(sections)],
                      env=env, capture_output=True, text=True)
   assert r.returncode == 0, r.stdout + r.stderr
   report = json.loads((tmp_path / "gpu_checks.json").read_text())
@@ -80,3 +88,27 @@ def test_gpu_checks_peer_arms_run_on_cpu(tmp_path):
     tol = 1e-10 if row["dtype"] == "float64" else 1e-4
     diffs = [v for k, v in row.items() if k.endswith("max rel diff vs e3nn")]
     assert len(diffs) == 4 and max(diffs) < tol, row
+
+
+def test_gpu_checks_nequip_section_on_cpu(tmp_path):
+  """The jax-md NequIP section (#32 item 4's model): both arms, both dtypes, each in its own
+  process, on 64 atoms and 2 layers; its checks pass and its rows carry every arm's times."""
+  libs = tmp_path / "libs"
+  libs.mkdir()
+  shutil.copy(os.environ["JAXEXT_CPU_HANDLERS"], libs / "jaxext_cpu_handlers.so")
+  env = {k: v for k, v in os.environ.items() if k != "JAXEXT_HANDLER_LIBRARIES"}
+  env.update(OUT=str(tmp_path), PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1")
+  r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--device", "cpu",
+                      "--libs", str(libs), "--repeats", "1", "--only", "nequip",
+                      "--nequip-atoms", "64", "--nequip-layers", "2"],
+                     env=env, capture_output=True, text=True)
+  assert r.returncode == 0, r.stdout + r.stderr
+  report = json.loads((tmp_path / "gpu_checks.json").read_text())
+  assert len(report["checks"]) == 2 and all(report["checks"].values()), report["checks"]
+  rows = [row for row in report["bench"] if row.get("op") == "jax-md NequIP"]
+  assert {row["dtype"] for row in rows} == {"float32", "float64"}
+  for row in rows:
+    assert row["atoms"] == 64 and row["layers"] == 2 and row["edges"] > 10 * 64
+    for key in ("e3nn energy ms", "e3nn energy+forces ms", "jaxext energy ms",
+                "jaxext energy+forces ms", "speed-up energy", "speed-up energy+forces"):
+      assert row[key] > 0, (key, row)

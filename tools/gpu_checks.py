@@ -17,7 +17,10 @@ and on the GPU machine (with `.gpu` carried along):
     python3 tools/gpu_checks.py --libs .gpu [--n 100000000] [--only SECTION,...]
 
 or, better, `tools/gpu_run.sh -- --libs .gpu`: every section in its own process under one
-deadline, peers' wheels from `.whl` installed first, one merged report under $OUT. On a GPU the
+deadline, peers' wheels from `.whl` (`tools/gpu_wheels` fetches them) installed first, one merged
+report under $OUT. One device call for the equivariant layer and jax-md's NequIP, for instance:
+`DEADLINE=560 SECTION_CAP=400 tools/gpu_run.sh equivariant nequip -- --libs .gpu --repeats 10`,
+carrying `.gpu` and `.whl`. On a GPU the
 peer libraries run as anchors on the same device when importable (jaxoplanet, diffrax, e3nn-jax).
 
 It checks GPU results against the CPU op and an extended-precision residual in float32 and float64,
@@ -30,7 +33,8 @@ jaxext.numba_cuda_kernel (needs numba-cuda on the GPU machine):
 results against NumPy, both vmap modes, a jitted loop, and per-call cost; jaxext.ode.dop853 with
 built-in models and with Python right-hand sides linked at run time (against the CPU, then
 trajectories per second up to 1e6); jaxext.equivariant (against the CPU, determinism, the
-MACE-like layer fused and unfused). Exits non-zero on a failure.
+MACE-like layer fused and unfused); jax-md's NequIP as shipped and routed through jaxext (needs
+jax-md and e3nn-jax: tools/gpu_wheels fetches them into .whl). Exits non-zero on a failure.
 """
 
 import argparse
@@ -39,7 +43,8 @@ import os
 import sys
 import time
 
-SECTIONS = ("kepler", "limbdark", "numba", "transit", "ode", "equivariant", "ode_user", "ode_jnp")
+SECTIONS = ("kepler", "limbdark", "numba", "transit", "ode", "equivariant", "ode_user", "ode_jnp",
+            "nequip")
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -56,6 +61,11 @@ def main():
                  "running each in its own process keeps a crash in one from losing the others")
   p.add_argument("--ode-sizes", default="10000,100000,1000000",
                  help="trajectory counts of the ODE benchmarks (GPU only)")
+  p.add_argument("--nequip-atoms", type=int, default=None,
+                 help="atoms of jax-md's NequIP in the nequip section (default 3000 on a GPU, "
+                 "64 on the CPU stand-in)")
+  p.add_argument("--nequip-layers", type=int, default=5,
+                 help="its interaction layers (jax-md's default configuration has 5)")
   p.add_argument("--list-sections", action="store_true",
                  help="print the sections, one per line, and exit (tools/gpu_run.sh reads them)")
   p.add_argument("--report", default=None,
@@ -248,6 +258,14 @@ def main():
                      sizes=ode_sizes)
     except Exception as err:  # noqa: BLE001
       check("ode.dop853 jax.numpy right-hand side checks completed", False, repr(err)[:2000])
+
+  if "nequip" in only:
+    try:
+      nequip_checks(check, args.device, report,
+                    args.nequip_atoms or (3000 if args.device == "gpu" else 64),
+                    args.nequip_layers, calls=max(2, args.repeats))
+    except Exception as err:  # noqa: BLE001
+      check("jax-md NequIP checks completed", False, repr(err)[:2000])
 
   path = args.report or (os.path.join(os.environ["OUT"], "gpu_checks.json")
                          if os.environ.get("OUT") else None)
@@ -1063,6 +1081,73 @@ def e3nn_arm(gpu, best, report, small):
         ref = jax.tree.leaves(outs[("e3nn", job)])
         row[f"{arm} {job} max rel diff vs e3nn"] = max(
             eb.max_rel(g, r) for g, r in zip(jax.tree.leaves(out), ref))
+    report["bench"].append(row)
+    print(json.dumps(row))
+
+
+def nequip_checks(check, device, report, atoms, layers, calls):
+  """jax-md 0.2.29's NequIP (#32 items 2 and 4): benchmarks/nequip_bench.py's system on the device,
+  as shipped (e3nn-jax) and routed through jaxext.equivariant.jax_md, same parameters, each arm and
+  dtype in its own process (nequip_bench's --child: x64 only for float64, as a user runs it).
+  Checks: float64 energies and forces of the two arms agree to 1e-10; float32 jaxext is as close
+  to the float64 result as e3nn-jax's own float32 is (within 3x; e3nn-jax's contractions run in
+  TF32 on GPUs by default). Bench: energy and energy + forces times (best of `calls`), XLA's
+  temporaries, the device allocator's peak, and the speed-ups over e3nn-jax."""
+  import subprocess
+
+  import numpy as np
+
+  script = os.path.join(ROOT, "benchmarks", "nequip_bench.py")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+  if device == "cpu":
+    env["JAX_PLATFORMS"] = "cpu"
+  res = {}
+  for dtype in ("float64", "float32"):
+    for arm in ("e3nn", "jaxext"):
+      cmd = [sys.executable, script, "--child", arm, "--atoms", str(atoms), "--layers", str(layers),
+             "--dtype", dtype, "--calls", str(calls)]
+      run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+      line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+      if run.returncode or not line:
+        check(f"jax-md NequIP {arm} {dtype} ran", False,
+              (run.stdout[-1500:] + run.stderr[-2500:]).strip())
+        continue
+      res[arm, dtype] = json.loads(line[0][len("RESULT "):])
+  if ("e3nn", "float64") not in res or ("jaxext", "float64") not in res:
+    return
+  ref = res["e3nn", "float64"]
+  f_ref = np.asarray(ref["forces"])
+
+  def errors(r):
+    de = abs(r["energy"] - ref["energy"]) / abs(ref["energy"])
+    df = float(np.max(np.abs(np.asarray(r["forces"]) - f_ref)) / np.max(np.abs(f_ref)))
+    return de, df
+
+  de, df = errors(res["jaxext", "float64"])
+  check("jax-md NequIP float64: jaxext's energy and forces equal e3nn-jax's to 1e-10",
+        de < 1e-10 and df < 1e-10, f"energy {de:.2g} relative, forces {df:.2g} of the largest")
+  if ("e3nn", "float32") in res and ("jaxext", "float32") in res:
+    ours, theirs = errors(res["jaxext", "float32"]), errors(res["e3nn", "float32"])
+    check("jax-md NequIP float32: jaxext as close to float64 as e3nn-jax's float32 (3x)",
+          all(o <= 3 * t + 1e-6 for o, t in zip(ours, theirs)),
+          f"energy, forces: jaxext {ours[0]:.2g}, {ours[1]:.2g}; e3nn-jax {theirs[0]:.2g}, "
+          f"{theirs[1]:.2g}")
+  for dtype in ("float64", "float32"):
+    if ("e3nn", dtype) not in res or ("jaxext", dtype) not in res:
+      continue
+    e, j = res["e3nn", dtype], res["jaxext", dtype]
+    row = {"op": "jax-md NequIP", "dtype": dtype, "atoms": atoms, "edges": j["edges"],
+           "layers": layers}
+    for arm, r in (("e3nn", e), ("jaxext", j)):
+      for job, t in r["times"].items():
+        row[f"{arm} {job} ms"] = t * 1e3
+        row[f"{arm} {job} temp GiB"] = r["temp_gib"][job]
+      row[f"{arm} compile s"] = sum(r["compile_s"].values())
+      if "device_peak_gib" in r:
+        row[f"{arm} device peak GiB"] = r["device_peak_gib"]
+    for job in j["times"]:
+      row[f"speed-up {job}"] = e["times"][job] / j["times"][job]
     report["bench"].append(row)
     print(json.dumps(row))
 
