@@ -46,7 +46,8 @@ CASES = [
 
 def _layers(irreps_out, sh_lmax, linear, **kw):
   args = dict(irreps_out=irreps_out, sh_lmax=sh_lmax, cutoff=2.5, avg_num_neighbors=6.0,
-              linear=linear, radial_hidden=(16, 16), **kw)
+              linear=linear, radial_hidden=(16, 16))
+  args.update(kw)
   return MessagePassing(**args), MessagePassing(backend="e3nn", **args)
 
 
@@ -160,6 +161,39 @@ def test_check_grads_second_order():
   a, b = hvp(layer), hvp(ref)
   assert float(jnp.max(jnp.abs(b))) > 1e-2
   np.testing.assert_allclose(a, b, rtol=0, atol=1e-11 * float(jnp.max(jnp.abs(b))))
+
+
+@pytest.mark.parametrize("radial_hidden", [(), (12,), (16, 10)])
+@pytest.mark.parametrize("normalization", ["element", "path"])
+def test_factored_radial_mlp_same_parameters_values_and_gradients(radial_hidden, normalization):
+  """The jaxext backend folds the radial MLP's last layer into the fused kernel (weights =
+  hidden @ kernel): its parameters are e3nn.flax.MultiLayerPerceptron's (names, shapes and values,
+  whichever backend initialises), and its values and gradients (parameters, positions) equal the
+  e3nn backend's at every depth, under either gradient normalisation."""
+  pos, snd, rcv = _graph(30, 300, 22, box=4.0)  # some edges beyond the cutoff
+  x = _features("6x0e+3x1o+2x2e", 30, 23)
+  ours, ref = _layers("8x0e+8x1o+4x2e", 2, True, radial_hidden=radial_hidden)
+  old = e3nn.config("gradient_normalization")
+  e3nn.config("gradient_normalization", normalization)
+  try:
+    p_ours = ours.init(jax.random.PRNGKey(24), x, pos[rcv] - pos[snd], snd, rcv)
+    p_ref = ref.init(jax.random.PRNGKey(24), x, pos[rcv] - pos[snd], snd, rcv)
+    assert jax.tree.structure(p_ours) == jax.tree.structure(p_ref)
+    for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_ref)):
+      np.testing.assert_array_equal(a, b)
+    assert len(p_ours["params"]["radial"]) == len(radial_hidden) + 1
+
+    def loss(layer, params, pos):
+      out = layer.apply(params, x, pos[rcv] - pos[snd], snd, rcv).array
+      return jnp.sum(jnp.sin(out))
+    a = jax.jit(jax.value_and_grad(lambda p, r: loss(ours, p, r), argnums=(0, 1)))(p_ours, pos)
+    b = jax.jit(jax.value_and_grad(lambda p, r: loss(ref, p, r), argnums=(0, 1)))(p_ours, pos)
+  finally:
+    e3nn.config("gradient_normalization", old)
+  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    scale = float(np.max(np.abs(v)))
+    assert scale > 1e-3
+    np.testing.assert_allclose(u, v, rtol=0, atol=1e-12 * scale)
 
 
 def test_vmap_over_feature_batches():

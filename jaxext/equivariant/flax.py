@@ -12,8 +12,10 @@ spherical harmonics of the edge vectors, a radial MLP of the edge lengths (Besse
 polynomial envelope) giving one weight per output channel, the product of each sender's features
 with its edge's harmonics (every coupling path its own channels, `e3nn.tensor_product`'s layout),
 weighted and summed over each receiver's edges, divided by the average neighbour count, and an
-equivariant linear map to `irreps_out` (`e3nn.flax.Linear`). The product, weighting and sum are one
-fused kernel (`e3nn_ops.tensor_product_conv`): no per-edge array of the product is ever formed.
+equivariant linear map to `irreps_out` (`e3nn.flax.Linear`). The radial MLP's last layer, the
+product, the weighting and the sum are one fused kernel (`e3nn_ops.tensor_product_conv` with
+`weights_kernel`): neither the per-edge weights nor the per-edge product is formed in the forward
+pass.
 
 `backend="e3nn"` computes the same layer with e3nn-jax alone (its harmonics, `tensor_product` and
 `scatter_sum`) from the same parameters: the reference the tests compare with, and a switch for
@@ -41,6 +43,44 @@ import numpy as np
 from jaxext.equivariant import e3nn_ops
 
 __all__ = ["MessagePassing"]
+
+
+class _RadialMLP(nn.Module):
+  """`e3nn.flax.MultiLayerPerceptron(neurons, act, output_activation=False)` (its parameters:
+  Dense_0..k, same shapes, initialisers and dtype, so either backend reads the other's), returned
+  as its last hidden layer (the input itself when there is none) and its last layer's kernel with
+  that layer's scale folded in: the output is hidden @ kernel, which the fused kernel makes per
+  receiver (`weights_kernel`), so no (edges x weights) array is formed in the forward pass."""
+
+  neurons: tuple[int, ...]
+  act: Callable[[jax.Array], jax.Array] | None
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    normalization = e3nn.config("gradient_normalization")
+    if isinstance(normalization, str):
+      normalization = {"element": 0.0, "path": 1.0}[normalization]
+    act = None if self.act is None else e3nn.normalize_function(self.act)
+
+    def dense(width, alpha, **kw):
+      return nn.Dense(width, use_bias=False, param_dtype=x.dtype,
+                      kernel_init=nn.initializers.normal(
+                          stddev=jnp.sqrt(alpha) ** (1.0 - normalization)), **kw)
+
+    for width in self.neurons[:-1]:
+      alpha = 1 / x.shape[-1]
+      x = jnp.sqrt(alpha) ** normalization * dense(width, alpha)(x)
+      if act is not None:
+        x = act(x)
+
+    def factors(lhs, kernel, dimension_numbers, precision=None, preferred_element_type=None):
+      del dimension_numbers, precision, preferred_element_type  # (lhs's last axis, kernel's first)
+      return lhs, kernel
+    # nn.Dense makes (and initialises) the kernel as e3nn-jax's MLP does, then returns what its
+    # dot_general returns (no bias to add): the two factors.
+    alpha = 1 / x.shape[-1]
+    hidden, kernel = dense(self.neurons[-1], alpha, dot_general=factors)(x)
+    return hidden, kernel * (jnp.sqrt(alpha) ** normalization).astype(kernel.dtype)
 
 
 class MessagePassing(nn.Module):
@@ -138,17 +178,22 @@ class MessagePassing(nn.Module):
     envelope = e3nn.poly_envelope(self.envelope_p - 1, 2)(jnp.minimum(length / self.cutoff, 1.0))
     basis = e3nn.bessel(length, self.num_basis, self.cutoff) * jnp.where(
         inside, envelope, 0.0)[:, None]
-    weights = e3nn_flax.MultiLayerPerceptron(
-        tuple(self.radial_hidden) + (irreps_tp.num_irreps,), act=self.radial_activation,
-        output_activation=False, name="radial")(basis.astype(node_features.dtype))
-    weights = weights * inside[:, None].astype(weights.dtype)  # whatever the activation's f(0)
-
+    neurons = tuple(self.radial_hidden) + (irreps_tp.num_irreps,)
+    basis = basis.astype(node_features.dtype)
     sh_vec = e3nn.IrrepsArray("1o", vec)
     if self.backend == "jaxext":
+      # The radial MLP's last layer inside the fused kernel: weights = hidden @ kernel, with the
+      # rows of edges outside the cutoff zeroed in hidden (whatever the activation's f(0)).
+      hidden, kernel = _RadialMLP(neurons, self.radial_activation, name="radial")(basis)
+      hidden = hidden * inside[:, None].astype(hidden.dtype)
       sh = e3nn_ops.spherical_harmonics(irreps_sh, sh_vec, True)
       messages = e3nn_ops.tensor_product_conv(node_features, sh, senders, receivers, num_nodes,
-                                              weights=weights, filter_ir_out=filter_ir_out)
+                                              weights=hidden, weights_kernel=kernel,
+                                              filter_ir_out=filter_ir_out)
     else:
+      weights = e3nn_flax.MultiLayerPerceptron(neurons, act=self.radial_activation,
+                                               output_activation=False, name="radial")(basis)
+      weights = weights * inside[:, None].astype(weights.dtype)  # whatever the activation's f(0)
       sh = e3nn.spherical_harmonics(irreps_sh, sh_vec, normalize=True)
       per_edge = e3nn.tensor_product(node_features[senders], sh, filter_ir_out=filter_ir_out)
       messages = e3nn.scatter_sum(per_edge * weights, dst=receivers, output_size=num_nodes)
