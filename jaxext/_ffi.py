@@ -73,6 +73,7 @@ _STAGED_SYMBOLS: dict[str, dict[str, Any]] = {
     "jaxext_sph": {"cpu": "JaxextSphCpu", "cuda": "JaxextSphCuda"},
     "jaxext_segment_sum": {"cpu": "JaxextSegmentSumCpu", "cuda": "JaxextSegmentSumCuda"},
     "jaxext_conv_factored": {"cpu": "JaxextConvFactoredCpu"},  # (CUDA: w = h @ kernel, then conv)
+    "jaxext_conv_factored_bwd": {"cpu": "JaxextConvFactoredBwdCpu"},
     "jaxext_conv": {"cpu": "JaxextConvCpu",
                     "cuda": {"initialize": "JaxextConvCudaInitialize",
                              "execute": "JaxextConvCuda"}},

@@ -786,6 +786,57 @@ def test_conv_factored_weights_derivatives_to_third_order():
   assert float(third(f)) == pytest.approx(float(third(ref)), rel=1e-10)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_conv_factored_weights_cotangents_in_one_walk_by_sender(dtype):
+  # Differentiated, the factored result's cotangents of x, y and h come from one handler that
+  # walks each sender's edges in chunks of 48 (jaxext_conv_factored_bwd: the weights made per
+  # chunk, their cotangent contracted with the kernel at once), so that no (edges x weights)
+  # array is made unless the kernel itself is differentiated. Senders with 0, 1, 47, 48, 49 and
+  # 100 edges; every subset of cotangents asked for; against e3nn-jax's unfused product with the
+  # weights made first, in float64.
+  ix, iy, io = "8x0e+8x1o+8x2e", "0e+1o+2e", "8x0e+8x1o+8x2e"  # 88 weights
+  counts = [0, 1, 47, 48, 49, 100]
+  rng = np.random.default_rng(70)
+  snd = rng.permutation(np.repeat(np.arange(len(counts)), counts))
+  edges, nodes, k = snd.size, len(counts), 5
+  rcv = rng.integers(0, nodes, edges)
+  x = rng.normal(size=(nodes, e3nn.Irreps(ix).dim))
+  y = np.asarray(eq.spherical_harmonics(iy, rng.normal(size=(edges, 3))))
+  h, kernel = rng.normal(size=(edges, k)), rng.normal(size=(k, 88)) / 3
+  ct = rng.normal(size=(nodes, e3nn.Irreps(io).dim))
+  args = [np.asarray(v, dtype) for v in (x, y, h, kernel)]
+  f = lambda a, b, c, d: jnp.sum(jnp.asarray(ct, dtype) * eq.conv(
+      a, b, c, snd, rcv, nodes, ix, iy, io, edge_weights_kernel=d))
+  ref = lambda a, b, c, d: jnp.sum(ct * jax.ops.segment_sum(
+      e3nn_tensor_product(a[snd], b, c @ d, ix, iy, io), rcv, nodes))
+  want = jax.grad(ref, argnums=(0, 1, 2, 3))(*(v.astype(np.float64) for v in args))
+  tol = 1e-12 if dtype == np.float64 else 3e-5
+  for argnums in ((0,), (1,), (2,), (0, 1), (1, 2), (0, 1, 2), (0, 1, 2, 3), (3,)):
+    g = jax.jit(jax.grad(f, argnums=argnums))(*args)
+    for q, got in zip(argnums, g):
+      assert got.dtype == dtype
+      scale = float(np.max(np.abs(want[q])))
+      np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want[q]),
+                                 atol=tol * scale, err_msg=f"argnums {argnums}, operand {q}")
+    assert np.all(np.asarray(g[0])[0] == 0) if argnums[0] == 0 else True  # sender w/o edges
+    jaxpr = str(jax.make_jaxpr(jax.grad(f, argnums=argnums))(*args)).replace(" ", "")
+    if 3 not in argnums:  # forces: no (edges x weights) array anywhere
+      assert "jaxext_conv_factored_bwd" in jaxpr and f"[{edges},88]" not in jaxpr
+  # forward mode (the tangent's composition) and vmap of the cotangents
+  t = [np.asarray(rng.normal(size=v.shape), dtype) for v in args]
+  _, jvp = jax.jvp(f, tuple(args), tuple(t))
+  _, jvp_ref = jax.jvp(ref, tuple(v.astype(np.float64) for v in args),
+                       tuple(v.astype(np.float64) for v in t))
+  assert float(jvp) == pytest.approx(float(jvp_ref), rel=1e-10 if dtype == np.float64 else 1e-4)
+  g = jax.jit(jax.vmap(jax.grad(f, argnums=(0, 1, 2)), in_axes=(0, None, None, None)))(
+      np.stack([args[0], 2 * args[0]]), *args[1:])
+  for b, factor in enumerate((1, 2)):
+    for q in range(3):
+      expect = np.asarray(want[q]) * (factor if q else 1)
+      np.testing.assert_allclose(np.asarray(g[q][b], np.float64), expect,
+                                 atol=2 * tol * float(np.max(np.abs(want[q]))))
+
+
 def test_products_bound_with_mixed_dtypes_raise():
   # the handlers read every operand in the result's dtype: a direct bind mixing float32 and
   # float64 is refused when traced (it would read past a float32 buffer as doubles)

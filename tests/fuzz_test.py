@@ -226,6 +226,18 @@ def gen_conv_factored(rng):
   return ops + tuple(graph), dict(key=key)
 
 
+def gen_conv_factored_bwd(rng):
+  """Its cotangents of x, y and h (one walk by sender; any subset asked for)."""
+  ops, params = gen_conv_factored(rng)
+  graph = ops[4:]
+  n_recv = max(int(np.shape(graph[3])[0]) - 1, 0)
+  dout = _module("jaxext.equivariant.tensor_product")._spec(*params["key"]).dims[3]
+  off = lambda n: n if rng.random() < 0.95 else n + 1
+  ct = _floats(rng, (off(n_recv), off(dout)), ops[0].dtype)
+  which = tuple(bool(b) for b in rng.random(3) < 0.6)
+  return ops[:4] + (ct,) + graph, dict(key=params["key"], which=which)
+
+
 def gen_gather(rng):
   dtype = _dtype(rng)
   n = int(rng.choice([0, 1, 4]))
@@ -355,6 +367,7 @@ def _prim(name):
       "transit_vjp_p": transit.transit_vjp_p, "sph_p": equivariant.sph_p, "tp_p": equivariant.tp_p,
       "conv_p": equivariant.conv_p, "gather_p": equivariant.gather_p,
       "conv_factored_p": _module("jaxext.equivariant.conv")._conv_factored_p,
+      "conv_factored_bwd_p": _module("jaxext.equivariant.conv")._conv_factored_bwd_p,
       "segment_sum_p": equivariant.segment_sum_p, "numba_call_p": nk.numba_call_p,
       "dop853_p": ode.dop853_p,
   }[name]
@@ -364,7 +377,7 @@ GENERATORS = {
     "kepler_p": gen_kepler, "limbdark_p": gen_limbdark, "transit_p": gen_transit,
     "transit_lin_p": gen_transit_lin, "transit_vjp_p": gen_transit_vjp,
     "sph_p": gen_sph, "tp_p": gen_tp, "conv_p": gen_conv, "gather_p": gen_gather,
-    "conv_factored_p": gen_conv_factored,
+    "conv_factored_p": gen_conv_factored, "conv_factored_bwd_p": gen_conv_factored_bwd,
     "segment_sum_p": gen_segment_sum, "numba_call_p": gen_numba_call, "dop853_p": gen_dop853,
 }
 

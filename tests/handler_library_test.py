@@ -22,7 +22,7 @@ assert ffi.register_all() == {"cpu": tuple(sorted(["jaxext_dop853", "jaxext_kepl
     "jaxext_transit_f32", "jaxext_transit_f64", "jaxext_transit_grad_f32", "jaxext_transit_grad_f64",
     "jaxext_transit_lin_f32", "jaxext_transit_lin_f64", "jaxext_transit_vjp_f32",
     "jaxext_transit_vjp_f64", "jaxext_sph", "jaxext_segment_sum", "jaxext_conv",
-    "jaxext_conv_factored",
+    "jaxext_conv_factored", "jaxext_conv_factored_bwd",
     "jaxext_tensor_product"]))}, ffi.register_all()
 assert "jaxext.cpu._cpu_ops" not in sys.modules
 try:

@@ -360,6 +360,7 @@ def test_registrations_and_handler_errors_surface():
                        "jaxext_limbdark_hess_f32", "jaxext_limbdark_hess_f64",
                        "jaxext_numba_call", "jaxext_dop853", "jaxext_sph", "jaxext_segment_sum",
                        "jaxext_tensor_product", "jaxext_conv", "jaxext_conv_factored",
+                       "jaxext_conv_factored_bwd",
                        "jaxext_transit_f32", "jaxext_transit_f64", "jaxext_transit_grad_f32",
                        "jaxext_transit_grad_f64", "jaxext_transit_lin_f32", "jaxext_transit_lin_f64",
                        "jaxext_transit_vjp_f32", "jaxext_transit_vjp_f64"}

@@ -243,6 +243,145 @@ ffi::Future ConvFactoredTyped(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyB
   return ConvRun<T>(pool, g, slot, factors, out->typed_data<T>(), attrs);
 }
 
+// The factored convolution's cotangents from one walk over the edges by sender: the result's
+// cotangent ct (receivers x out) gives dx (senders x x), dy (edges x y) and dh (edges x k), each
+// skipped where its result is empty. Each sender's edges are taken kChunk at a time: their weights
+// w = h @ kernel made once (EdgeWeights) serve dx and dy, and their weights' cotangents dw (the
+// product's mode W) go straight into dh = dw @ kernel^T. No edges x weights array is made.
+template <typename T>
+ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x, const T* y,
+                               const T* h, int64_t k, const T* kernel, const T* ct, T* dx, T* dy,
+                               T* dh, const TpAttrs& attrs) {
+  const std::array<int64_t, 4> d{attrs.dims[0], attrs.dims[1], attrs.dims[2], attrs.dims[3]};
+  const int64_t e = g.e, r = g.r, s = g.s;
+  const int32_t *rcv = g.rcv, *order_s = g.order_s, *range_s = g.range_s;
+  // Per mode: its attributes (owned: the chunks run after this function returned) and table.
+  struct Mode {
+    std::shared_ptr<const OwnedTpAttrs> owned;
+    TpAttrs attrs;
+  };
+  auto mode = [&](int m) {
+    auto o = std::make_shared<Mode>();
+    o->owned = Own(attrs);
+    o->attrs = o->owned->attrs;
+    o->attrs.mode = m;
+    return std::shared_ptr<const Mode>(o);
+  };
+  const auto mx = mode(tp::kX), my = mode(tp::kY), mw = mode(tp::kW);
+  const auto tx = MakeTable<T>(mx->attrs), ty = MakeTable<T>(my->attrs),
+             tw = MakeTable<T>(mw->attrs);
+  const bool want_w = dx != nullptr || dy != nullptr;  // the weights themselves
+  std::shared_ptr<const std::vector<T>> x_minor, o_minor;
+  if (dy != nullptr || dh != nullptr) {
+    x_minor = MinorRows(attrs.x_terms, attrs.n_x_terms, x, s, d[tp::kX]);
+  }
+  o_minor = MinorRows(attrs.out_terms, attrs.n_out_terms, ct, r, d[tp::kOut]);
+  std::shared_ptr<const std::vector<T>> kernel_t;  // kernel^T (weights x k), for dh
+  if (dh != nullptr) {
+    auto t = std::make_shared<std::vector<T>>(static_cast<size_t>(d[tp::kW] * k));
+    for (int64_t q = 0; q < k; ++q) {
+      for (int64_t c = 0; c < d[tp::kW]; ++c) (*t)[c * k + q] = kernel[q * d[tp::kW] + c];
+    }
+    kernel_t = t;
+  }
+  const int64_t modes = (dx != nullptr) + (dy != nullptr) + (dh != nullptr);
+  const int64_t per_edge = attrs.n_entries * 8 * modes + k * d[tp::kW] * (want_w + (dh != nullptr));
+  const int64_t per_row = std::max<int64_t>(1, per_edge * std::max<int64_t>(1, e) /
+                                                   std::max<int64_t>(1, s));
+  return ParallelFor(pool, s, std::max<int64_t>(1, 200000 / per_row), [=](int64_t begin,
+                                                                          int64_t end) {
+    TpRows<T> row_x(mx->attrs, tx), row_y(my->attrs, ty), row_w(mw->attrs, tw);
+    std::vector<const T*> rows(kChunk);
+    std::vector<T> made, dw, dh_chunk;
+    if (want_w) made.resize(static_cast<size_t>(kChunk * d[tp::kW]));
+    if (dh != nullptr) {
+      dw.resize(static_cast<size_t>(kChunk * d[tp::kW]));
+      dh_chunk.resize(static_cast<size_t>(kChunk * k));
+    }
+    for (int64_t i = begin; i < end; ++i) {
+      const T* xm = x_minor ? x_minor->data() + i * d[tp::kX] : nullptr;
+      if (dx != nullptr) row_x.Reset();
+      for (int64_t q0 = range_s[i]; q0 < range_s[i + 1]; q0 += kChunk) {
+        const int64_t n = std::min<int64_t>(kChunk, range_s[i + 1] - q0);
+        const int32_t* edges = order_s + q0;
+        if (want_w) {
+          for (int64_t j = 0; j < n; ++j) rows[j] = h + edges[j] * k;
+          EdgeWeights(rows.data(), n, k, kernel, d[tp::kW], made.data());
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t q = edges[j];
+          const T* om = o_minor->data() + rcv[q] * d[tp::kOut];
+          const T* yq = y + q * d[tp::kY];
+          const T* wq = want_w ? made.data() + j * d[tp::kW] : nullptr;
+          if (dx != nullptr) row_x.AddMinor(nullptr, yq, wq, om);
+          if (dy != nullptr) {
+            row_y.Reset();
+            row_y.AddMinor(xm, nullptr, wq, om);
+            row_y.Store(dy + q * d[tp::kY]);
+          }
+          if (dh != nullptr) {
+            row_w.Reset();
+            row_w.AddMinor(xm, yq, nullptr, om);
+            row_w.Store(dw.data() + j * d[tp::kW]);
+          }
+        }
+        if (dh != nullptr) {
+          for (int64_t j = 0; j < n; ++j) rows[j] = dw.data() + j * d[tp::kW];
+          EdgeWeights(rows.data(), n, d[tp::kW], kernel_t->data(), k, dh_chunk.data());
+          for (int64_t j = 0; j < n; ++j) {
+            std::copy(dh_chunk.begin() + j * k, dh_chunk.begin() + (j + 1) * k,
+                      dh + static_cast<int64_t>(edges[j]) * k);
+          }
+        }
+      }
+      if (dx != nullptr) row_x.Store(dx + i * d[tp::kX]);
+    }
+  });
+}
+
+template <typename T>
+ffi::Future ConvFactoredBwdTyped(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyBuffer y,
+                                 ffi::AnyBuffer h, ffi::AnyBuffer kernel, ffi::AnyBuffer ct,
+                                 ffi::AnyBuffer senders, ffi::AnyBuffer receivers,
+                                 ffi::AnyBuffer by_recv, ffi::AnyBuffer recv_ranges,
+                                 ffi::AnyBuffer by_send, ffi::AnyBuffer send_ranges,
+                                 ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dy,
+                                 ffi::Result<ffi::AnyBuffer> dh, const TpAttrs& attrs) {
+  Graph g;
+  if (ffi::Error err = CheckGraph(senders, receivers, by_recv, recv_ranges, by_send, send_ranges,
+                                  &g);
+      err.failure()) {
+    return ErrorFuture(std::move(err));
+  }
+  const auto* d = attrs.dims;
+  for (ffi::AnyBuffer* buf : {&x, &y, &h, &kernel, &ct, &*dx, &*dy, &*dh}) {
+    if (buf->element_type() != dx->element_type()) {
+      return ErrorFuture(Invalid("the operands' and the results' dtypes differ"));
+    }
+  }
+  const auto hd = h.dimensions(), kd = kernel.dimensions();
+  // A result is made where it has elements (the caller asks for the cotangents it needs).
+  auto sized = [](ffi::Result<ffi::AnyBuffer>& res, int64_t n) {
+    const int64_t have = static_cast<int64_t>(res->element_count());
+    return have == 0 || have == n;
+  };
+  if (hd.size() != 2 || kd.size() != 2 || hd[0] != g.e || kd[0] != hd[1] || kd[1] != d[tp::kW] ||
+      static_cast<int64_t>(x.element_count()) != g.s * d[tp::kX] ||
+      static_cast<int64_t>(y.element_count()) != g.e * d[tp::kY] ||
+      static_cast<int64_t>(ct.element_count()) != g.r * d[tp::kOut] ||
+      !sized(dx, g.s * d[tp::kX]) || !sized(dy, g.e * d[tp::kY]) || !sized(dh, g.e * hd[1])) {
+    return ErrorFuture(Invalid("operand shapes disagree with the graph and irreps (factored "
+                               "weights' cotangents: x, y, h (edges, k), kernel (k, weights), "
+                               "the result's cotangent; results as x, y, h or empty)"));
+  }
+  auto data = [](ffi::Result<ffi::AnyBuffer>& res) {
+    return res->element_count() ? res->typed_data<T>() : nullptr;
+  };
+  return ConvFactoredBwdRun<T>(pool, g, x.typed_data<T>(), y.typed_data<T>(), h.typed_data<T>(),
+                               hd[1], kernel.typed_data<T>(), ct.typed_data<T>(), data(dx),
+                               data(dy), data(dh), attrs);
+}
+
 ffi::Future ConvImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
                      ffi::AnyBuffer senders, ffi::AnyBuffer receivers, ffi::AnyBuffer by_recv,
                      ffi::AnyBuffer recv_ranges, ffi::AnyBuffer by_send, ffi::AnyBuffer send_ranges,
@@ -277,7 +416,46 @@ ffi::Future ConvFactoredImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuf
                      });
 }
 
+ffi::Future ConvFactoredBwdImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer y,
+                                ffi::AnyBuffer h, ffi::AnyBuffer kernel, ffi::AnyBuffer ct,
+                                ffi::AnyBuffer senders, ffi::AnyBuffer receivers,
+                                ffi::AnyBuffer by_recv, ffi::AnyBuffer recv_ranges,
+                                ffi::AnyBuffer by_send, ffi::AnyBuffer send_ranges,
+                                ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dy,
+                                ffi::Result<ffi::AnyBuffer> dh, int64_t mode,
+                                ffi::Span<const int64_t> dims, ffi::Span<const int64_t> paths,
+                                ffi::Span<const int64_t> cg_i, ffi::Span<const int64_t> cg_j,
+                                ffi::Span<const int64_t> cg_k, ffi::Span<const double> cg_v,
+                                int64_t n_paths, int64_t n_entries,
+                                ffi::Span<const int64_t> x_terms,
+                                ffi::Span<const int64_t> out_terms) {
+  return WithTpAttrs(kOp, dx->element_type(), mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                     n_entries, x_terms, out_terms, [&](auto zero, const TpAttrs& attrs) {
+                       return ConvFactoredBwdTyped<decltype(zero)>(
+                           pool, x, y, h, kernel, ct, senders, receivers, by_recv, recv_ranges,
+                           by_send, send_ranges, dx, dy, dh, attrs);
+                     });
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvFactoredBwdCpu, ConvFactoredBwdImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvFactoredCpu, ConvFactoredImpl,
                               ffi::Ffi::Bind()

@@ -48,6 +48,8 @@ PYBIND11_MODULE(_cpu_ops, m) {
     d["jaxext_conv"] = jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextConvCpu);
     d["jaxext_conv_factored"] =
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextConvFactoredCpu);
+    d["jaxext_conv_factored_bwd"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextConvFactoredBwdCpu);
     d["jaxext_tensor_product"] =
         jaxext::EncapsulateFfiHandler(jaxext::cpu::JaxextTensorProductCpu);
     return d;

@@ -264,25 +264,38 @@ for _prim, _checked in ((conv_p, True), (_conv_built_p, False)):
 # network's last hidden layer. The CPU handler (jaxext_conv_factored) makes each receiver's
 # weights as it adds its edges, so the forward pass never writes an E x weights array (at 3000
 # atoms of jax-md's NequIP, 816 MB per layer in float64, the largest array of its forward pass).
-# Differentiated (the JVP, hence every derivative) it is the composition: w made by a matrix
-# product, then the four-mode primitive; elsewhere than on the CPU it lowers to that too. Bound
+# Its JVP is the primal and _conv_factored_lin_p (linear in the tangents of x, y, h, kernel),
+# whose transpose is _conv_factored_bwd_p: the cotangents of x, y and h from one walk over the
+# edges by sender (jaxext_conv_factored_bwd), no E x weights array either; the kernel's cotangent
+# (training) is h^T times the weights' cotangent (the four-mode primitive's mode W). The
+# derivatives of the two helpers are those of their compositions (w made by a matrix product,
+# then the four-mode primitive), and elsewhere than on the CPU all three lower to those. Bound
 # only on graphs conv() built (trusted as _conv_built_p).
 _conv_factored_p = Primitive("jaxext_conv_factored")
+_conv_factored_lin_p = Primitive("jaxext_conv_factored_lin")
+_conv_factored_bwd_p = Primitive("jaxext_conv_factored_bwd")
+_conv_factored_bwd_p.multiple_results = True
 
 
 def _made(h, kernel):
   return jnp.matmul(h, kernel, precision=jax.lax.Precision.HIGHEST)
 
 
-def _factored_abstract_eval(x, y, h, kernel, *graph, key):
-  spec = checked_spec("conv_factored_p", OUT, key)
-  _check_graph("conv_factored_p", graph)
-  check_one_dtype("conv_factored_p", x, y, h, kernel)
+def _check_factored(prim, x, y, h, kernel, graph, key):
+  """The factored primitives' operands against the graph and irreps: their spec."""
+  spec = checked_spec(prim, OUT, key)
+  _check_graph(prim, graph)
+  check_one_dtype(prim, x, y, h, kernel)
   e = graph[0].shape[0]
   if (x.shape != (graph[5].shape[0] - 1, spec.dims[X]) or y.shape != (e, spec.dims[Y]) or
       h.ndim != 2 or h.shape[0] != e or kernel.shape != (h.shape[1], spec.dims[W])):
-    raise TypeError(f"conv_factored_p: operand shapes {x.shape}, {y.shape}, {h.shape}, "
-                    f"{kernel.shape} disagree with the graph and irreps")
+    raise TypeError(f"{prim}: operand shapes {x.shape}, {y.shape}, {h.shape}, {kernel.shape} "
+                    "disagree with the graph and irreps")
+  return spec
+
+
+def _factored_abstract_eval(x, y, h, kernel, *graph, key):
+  spec = _check_factored("conv_factored_p", x, y, h, kernel, graph, key)
   return jax.core.ShapedArray((graph[3].shape[0] - 1, spec.dims[OUT]), x.dtype)
 
 
@@ -290,8 +303,69 @@ def _factored_composite(x, y, h, kernel, *graph, key):
   return _conv_built_p.bind(x, y, _made(h, kernel), *graph, mode=OUT, key=key)
 
 
+def _lin_composite(x, y, h, kernel, *rest, which, key):
+  """The factored result's tangent: the tangents present (`which`, of x, y, h, kernel) in order,
+  then the graph."""
+  tangents, graph = _present(rest[:sum(which)], which), rest[sum(which):]
+  tx, ty, th, tk = tangents
+  w = _made(h, kernel)
+  tw = None
+  for t in ((_made(th, kernel) if th is not None else None),
+            (_made(h, tk) if tk is not None else None)):
+    if t is not None:
+      tw = t if tw is None else tw + t
+  total = jnp.zeros((graph[3].shape[0] - 1, _spec(*key).dims[OUT]), x.dtype)
+  for args in (((tx, y, w) if tx is not None else None), ((x, ty, w) if ty is not None else None),
+               ((x, y, tw) if tw is not None else None)):
+    if args is not None:
+      total = total + _conv_built_p.bind(*args, *graph, mode=OUT, key=key)
+  return total
+
+
+def _bwd_composite(x, y, h, kernel, ct, *graph, which, key):
+  """The cotangents of x, y, h asked for (`which`) from the result's cotangent ct."""
+  w = _made(h, kernel)
+  out = []
+  if which[0]:
+    out.append(_conv_built_p.bind(y, w, ct, *graph, mode=X, key=key))
+  if which[1]:
+    out.append(_conv_built_p.bind(x, w, ct, *graph, mode=Y, key=key))
+  if which[2]:
+    dw = _conv_built_p.bind(x, y, ct, *graph, mode=W, key=key)
+    out.append(_made(dw, kernel.T))
+  return out
+
+
+def _present(values, which):
+  """`values` (one per True in `which`) spread over `which`'s positions (None elsewhere)."""
+  it = iter(values)
+  return [next(it) if present else None for present in which]
+
+
+def _lin_abstract_eval(x, y, h, kernel, *rest, which, key):
+  graph = rest[sum(which):]
+  spec = _check_factored("conv_factored_lin_p", x, y, h, kernel, graph, key)
+  for t, p in zip(_present(rest[:sum(which)], which), (x, y, h, kernel)):
+    if t is not None and (t.shape != p.shape or t.dtype != p.dtype):
+      raise TypeError(f"conv_factored_lin_p: a tangent {t.dtype}{list(t.shape)} differs from its "
+                      f"primal {p.dtype}{list(p.shape)}")
+  return jax.core.ShapedArray((graph[3].shape[0] - 1, spec.dims[OUT]), x.dtype)
+
+
+def _bwd_abstract_eval(x, y, h, kernel, ct, *graph, which, key):
+  spec = _check_factored("conv_factored_bwd_p", x, y, h, kernel, graph, key)
+  if ct.shape != (graph[3].shape[0] - 1, spec.dims[OUT]) or ct.dtype != x.dtype:
+    raise TypeError(f"conv_factored_bwd_p: the result's cotangent is {ct.dtype}{list(ct.shape)}")
+  return [jax.core.ShapedArray(p.shape, p.dtype) for p, want in zip((x, y, h), which) if want]
+
+
+def _cpu_handler(name):
+  return "jaxext_conv_factored" in _ffi.register_all().get("cpu", ()) and name in \
+      _ffi.register_all().get("cpu", ())
+
+
 def _factored_lowering(ctx, *args, key, platform):
-  if platform != "cpu" or "jaxext_conv_factored" not in _ffi.register_all().get("cpu", ()):
+  if platform != "cpu" or not _cpu_handler("jaxext_conv_factored"):
     return compat.lower_fun(lambda *xs: (_factored_composite(*xs, key=key),),
                             multiple_results=True)(ctx, *args)
   aval = ctx.avals_out[0]
@@ -300,34 +374,102 @@ def _factored_lowering(ctx, *args, key, platform):
   return compat.lower_fun(lambda *xs: (call(*xs, **attrs),), multiple_results=True)(ctx, *args)
 
 
+def _lin_lowering(ctx, *args, which, key):
+  # Evaluated only in forward-mode differentiation (reverse mode transposes it unevaluated).
+  return compat.lower_fun(lambda *xs: (_lin_composite(*xs, which=which, key=key),),
+                          multiple_results=True)(ctx, *args)
+
+
+def _bwd_lowering(ctx, *args, which, key, platform):
+  if platform != "cpu" or not _cpu_handler("jaxext_conv_factored_bwd"):
+    return compat.lower_fun(lambda *xs: _bwd_composite(*xs, which=which, key=key),
+                            multiple_results=True)(ctx, *args)
+  x, y, h = ctx.avals_in[:3]
+  # Three results always; those not asked for are empty (the handler skips them).
+  shapes = [jax.ShapeDtypeStruct(p.shape if want else (0,) + p.shape[1:], p.dtype)
+            for p, want in zip((x, y, h), which)]
+  call = jax.ffi.ffi_call("jaxext_conv_factored_bwd", shapes)
+  attrs = ffi_attrs(_spec(*key), OUT)
+
+  def run(*xs):
+    return [r for r, want in zip(call(*xs, **attrs), which) if want]
+  return compat.lower_fun(run, multiple_results=True)(ctx, *args)
+
+
 def _factored_jvp(primals, tangents, *, key):
-  """Differentiated, w = h @ kernel is made once and the four-mode primitive does the rest (its
-  own rules give every higher derivative): a backward pass needs w anyway, so making it in the
-  forward pass too would only add the fused kernel's matrix products to the pass."""
   (x, y, h, kernel), graph = primals[:4], primals[4:]
-  tx, ty, th, tk = (None if compat.is_zero_tangent(t) else t for t in tangents[:4])
-  w = _made(h, kernel)
-  out = _conv_built_p.bind(x, y, w, *graph, mode=OUT, key=key)
-  tw = None
-  for t in ((_made(th, kernel) if th is not None else None),
-            (_made(h, tk) if tk is not None else None)):
-    if t is not None:
-      tw = t if tw is None else tw + t
-  total = None
-  for args in (((tx, y, w) if tx is not None else None), ((x, ty, w) if ty is not None else None),
-               ((x, y, tw) if tw is not None else None)):
-    if args is not None:
-      term = _conv_built_p.bind(*args, *graph, mode=OUT, key=key)
-      total = term if total is None else total + term
-  if total is None:
-    total = jnp.zeros_like(out)
-  return out, total
+  present = [t for t in tangents[:4] if not compat.is_zero_tangent(t)]
+  which = tuple(not compat.is_zero_tangent(t) for t in tangents[:4])
+  out = _conv_factored_p.bind(x, y, h, kernel, *graph, key=key)
+  if not present:
+    return out, jnp.zeros_like(out)
+  return out, _conv_factored_lin_p.bind(x, y, h, kernel, *present, *graph, which=which, key=key)
+
+
+def _lin_transpose(ct, x, y, h, kernel, *rest, which, key):
+  n = sum(which)
+  tangents, graph = rest[:n], rest[n:]
+  if any(compat.is_undefined_primal(v) for v in (x, y, h, kernel, *graph)):
+    raise NotImplementedError("conv_factored_lin_p is linear in its tangents only")
+  ct = compat.instantiate_zeros(ct)
+  spread = _present(tangents, which)
+  need = [t is not None and compat.is_undefined_primal(t) for t in spread]
+  cts = [None] * 4
+  if any(need[:3]):
+    got = iter(_conv_factored_bwd_p.bind(x, y, h, kernel, ct, *graph, which=tuple(need[:3]),
+                                         key=key))
+    for q in range(3):
+      if need[q]:
+        cts[q] = next(got)
+  if need[3]:  # the kernel's: h^T dw (training; dw, E x weights, is made here)
+    dw = _conv_built_p.bind(x, y, ct, *graph, mode=W, key=key)
+    cts[3] = jnp.matmul(h.T, dw, precision=jax.lax.Precision.HIGHEST)
+  return [None] * 4 + [c for c, present in zip(cts, which) if present] + [None] * len(graph)
+
+
+def _composite_jvp(fn, n_float):
+  """A JVP rule: the JVP of `fn` (a composition of differentiable primitives) in its first
+  n_float operands, the rest (the graph) constant."""
+  def rule(primals, tangents, **params):
+    floats, graph = primals[:n_float], primals[n_float:]
+    ts = [compat.instantiate_zeros(t) for t in tangents[:n_float]]
+    return jax.jvp(lambda *f: fn(*f, *graph, **params), tuple(floats), tuple(ts))
+  return rule
+
+
+def _lin_jvp(primals, tangents, *, which, key):
+  n = 4 + sum(which)
+  return _composite_jvp(_lin_composite, n)(primals, tangents, which=which, key=key)
+
+
+def _bwd_jvp(primals, tangents, *, which, key):
+  return _composite_jvp(_bwd_composite, 5)(primals, tangents, which=which, key=key)
+
+
+def _batch_multi(prim, args, dims, **params):
+  """A batch of graphs, one call per graph (jax.lax.map), for a primitive of several results."""
+  size = compat.batch_size(args, dims)
+  moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
+  out = jax.lax.map(lambda xs: tuple(prim.bind(*xs, **params)), tuple(moved))
+  return list(out), [0] * len(out)
 
 
 _conv_factored_p.def_abstract_eval(_factored_abstract_eval)
-_eager.def_jit_impl(_conv_factored_p)
+_conv_factored_lin_p.def_abstract_eval(_lin_abstract_eval)
+_conv_factored_bwd_p.def_abstract_eval(_bwd_abstract_eval)
+for _prim in (_conv_factored_p, _conv_factored_lin_p, _conv_factored_bwd_p):
+  _eager.def_jit_impl(_prim)
 for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
   compat.register_lowering(_conv_factored_p,
                            functools.partial(_factored_lowering, platform=_name), _name)
+  compat.register_lowering(_conv_factored_lin_p, _lin_lowering, _name)
+  compat.register_lowering(_conv_factored_bwd_p,
+                           functools.partial(_bwd_lowering, platform=_name), _name)
 compat.register_jvp(_conv_factored_p, _factored_jvp)
-compat.register_batching(_conv_factored_p, functools.partial(_batch, _conv_factored_p))
+compat.register_jvp(_conv_factored_lin_p, _lin_jvp)
+compat.register_jvp(_conv_factored_bwd_p, _bwd_jvp)
+compat.register_transpose(_conv_factored_lin_p, _lin_transpose)
+for _prim in (_conv_factored_p, _conv_factored_lin_p):
+  compat.register_batching(_prim, functools.partial(_batch, _prim))
+compat.register_batching(_conv_factored_bwd_p, functools.partial(_batch_multi,
+                                                                 _conv_factored_bwd_p))
