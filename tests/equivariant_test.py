@@ -1014,6 +1014,12 @@ def test_cuda_lowering():
                                            edge_weights_kernel=b), hidden, kernel)
   assert "@jaxext_conv(" in text and "stablehlo.dot_general" in text
   assert "jaxext_conv_factored" not in text
+  # and differentiated (the cotangents' composition: modes x, y and w, then w's with the kernel)
+  text = _export_cuda(jax.grad(lambda a, b, v: jnp.sum(eq.conv(
+      v, sh, a, snd, rcv, nodes, *CONV_IRREPS, edge_weights_kernel=b) ** 2), argnums=(0, 1, 2)),
+      hidden, kernel, x)
+  modes = {int(m) for m in re.findall(r"@jaxext_conv\(.*?mode = (\d+)", text)}
+  assert modes == {0, 2, 3} and "jaxext_conv_factored" not in text, modes
 
 
 # --- e3nn-jax's types: Irreps and IrrepsArray in, IrrepsArray out (#32) ---------------------
