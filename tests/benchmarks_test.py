@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-BINARIES = ["ode_jnp", "equivariant", "handlers_ab"]
+BINARIES = ["ode_jnp", "equivariant", "handlers_ab", "message_passing"]
 
 
 @pytest.mark.parametrize("name", BINARIES)

@@ -227,14 +227,14 @@ def gen_conv_factored(rng):
 
 
 def gen_conv_factored_bwd(rng):
-  """Its cotangents of x, y and h (one walk by sender; any subset asked for)."""
+  """Its cotangents of x, y, h and kernel (one walk by sender; any subset asked for)."""
   ops, params = gen_conv_factored(rng)
   graph = ops[4:]
   n_recv = max(int(np.shape(graph[3])[0]) - 1, 0)
   dout = _module("jaxext.equivariant.tensor_product")._spec(*params["key"]).dims[3]
   off = lambda n: n if rng.random() < 0.95 else n + 1
   ct = _floats(rng, (off(n_recv), off(dout)), ops[0].dtype)
-  which = tuple(bool(b) for b in rng.random(3) < 0.6)
+  which = tuple(bool(b) for b in rng.random(4) < 0.6)
   return ops[:4] + (ct,) + graph, dict(key=params["key"], which=which)
 
 

@@ -244,14 +244,16 @@ ffi::Future ConvFactoredTyped(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyB
 }
 
 // The factored convolution's cotangents from one walk over the edges by sender: the result's
-// cotangent ct (receivers x out) gives dx (senders x x), dy (edges x y) and dh (edges x k), each
-// skipped where its result is empty. Each sender's edges are taken kChunk at a time: their weights
-// w = h @ kernel made once (EdgeWeights) serve dx and dy, and their weights' cotangents dw (the
-// product's mode W) go straight into dh = dw @ kernel^T. No edges x weights array is made.
+// cotangent ct (receivers x out) gives dx (senders x x), dy (edges x y), dh (edges x k) and dk
+// (k x weights), each skipped where its result is empty. Each sender's edges are taken kChunk at
+// a time: their weights w = h @ kernel made once (EdgeWeights) serve dx and dy, and their weights'
+// cotangents dw (the product's mode W) go straight into dh = dw @ kernel^T and into the block's
+// partial dk += h^T dw (the blocks' partials summed in block order at the end). No edges x
+// weights array is made.
 template <typename T>
 ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x, const T* y,
                                const T* h, int64_t k, const T* kernel, const T* ct, T* dx, T* dy,
-                               T* dh, const TpAttrs& attrs) {
+                               T* dh, T* dk, const TpAttrs& attrs) {
   const std::array<int64_t, 4> d{attrs.dims[0], attrs.dims[1], attrs.dims[2], attrs.dims[3]};
   const int64_t e = g.e, r = g.r, s = g.s;
   const int32_t *rcv = g.rcv, *order_s = g.order_s, *range_s = g.range_s;
@@ -271,8 +273,9 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
   const auto tx = MakeTable<T>(mx->attrs), ty = MakeTable<T>(my->attrs),
              tw = MakeTable<T>(mw->attrs);
   const bool want_w = dx != nullptr || dy != nullptr;  // the weights themselves
+  const bool want_dw = dh != nullptr || dk != nullptr;  // the weights' cotangents
   std::shared_ptr<const std::vector<T>> x_minor, o_minor;
-  if (dy != nullptr || dh != nullptr) {
+  if (dy != nullptr || want_dw) {
     x_minor = MinorRows(attrs.x_terms, attrs.n_x_terms, x, s, d[tp::kX]);
   }
   o_minor = MinorRows(attrs.out_terms, attrs.n_out_terms, ct, r, d[tp::kOut]);
@@ -284,19 +287,28 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
     }
     kernel_t = t;
   }
-  const int64_t modes = (dx != nullptr) + (dy != nullptr) + (dh != nullptr);
-  const int64_t per_edge = attrs.n_entries * 8 * modes + k * d[tp::kW] * (want_w + (dh != nullptr));
+  const int64_t modes = (dx != nullptr) + (dy != nullptr) + want_dw;
+  const int64_t per_edge = attrs.n_entries * 8 * modes +
+                           k * d[tp::kW] * (want_w + (dh != nullptr) + (dk != nullptr));
   const int64_t per_row = std::max<int64_t>(1, per_edge * std::max<int64_t>(1, e) /
                                                    std::max<int64_t>(1, s));
-  return ParallelFor(pool, s, std::max<int64_t>(1, 200000 / per_row), [=](int64_t begin,
-                                                                          int64_t end) {
+  const int64_t kw = k * d[tp::kW];
+  // Each block's partial dk (k x weights), made when the block runs.
+  auto partials = std::make_shared<std::vector<std::vector<T>>>(
+      dk != nullptr ? static_cast<size_t>(pool.num_threads() + 1) : 0);
+  auto block = [=](int64_t b, int64_t begin, int64_t end) {
     TpRows<T> row_x(mx->attrs, tx), row_y(my->attrs, ty), row_w(mw->attrs, tw);
-    std::vector<const T*> rows(kChunk);
-    std::vector<T> made, dw, dh_chunk;
+    std::vector<const T*> rows(std::max<int64_t>(kChunk, k));
+    std::vector<T> made, dw, dh_chunk, h_t, dk_chunk;
     if (want_w) made.resize(static_cast<size_t>(kChunk * d[tp::kW]));
-    if (dh != nullptr) {
-      dw.resize(static_cast<size_t>(kChunk * d[tp::kW]));
-      dh_chunk.resize(static_cast<size_t>(kChunk * k));
+    if (want_dw) dw.resize(static_cast<size_t>(kChunk * d[tp::kW]));
+    if (dh != nullptr) dh_chunk.resize(static_cast<size_t>(kChunk * k));
+    T* dk_block = nullptr;
+    if (dk != nullptr) {
+      (*partials)[b].assign(static_cast<size_t>(kw), T(0));
+      dk_block = (*partials)[b].data();
+      h_t.resize(static_cast<size_t>(k * kChunk));
+      dk_chunk.resize(static_cast<size_t>(kw));
     }
     for (int64_t i = begin; i < end; ++i) {
       const T* xm = x_minor ? x_minor->data() + i * d[tp::kX] : nullptr;
@@ -319,7 +331,7 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
             row_y.AddMinor(xm, nullptr, wq, om);
             row_y.Store(dy + q * d[tp::kY]);
           }
-          if (dh != nullptr) {
+          if (want_dw) {
             row_w.Reset();
             row_w.AddMinor(xm, yq, nullptr, om);
             row_w.Store(dw.data() + j * d[tp::kW]);
@@ -333,10 +345,30 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
                       dh + static_cast<int64_t>(edges[j]) * k);
           }
         }
+        if (dk != nullptr && kw > 0) {  // dk += h^T dw: (k x n) times (n x weights)
+          for (int64_t j = 0; j < n; ++j) {
+            for (int64_t q = 0; q < k; ++q) h_t[q * n + j] = h[edges[j] * k + q];
+          }
+          for (int64_t q = 0; q < k; ++q) rows[q] = h_t.data() + q * n;
+          EdgeWeights(rows.data(), k, n, dw.data(), d[tp::kW], dk_chunk.data());
+          for (int64_t c = 0; c < kw; ++c) dk_block[c] += dk_chunk[c];
+        }
       }
       if (dx != nullptr) row_x.Store(dx + i * d[tp::kX]);
     }
-  });
+  };
+  if (dk == nullptr) {
+    return ParallelFor(pool, s, std::max<int64_t>(1, 200000 / per_row),
+                       [block](int64_t begin, int64_t end) { block(0, begin, end); });
+  }
+  return ParallelForReduce(pool, s, std::max<int64_t>(1, 200000 / per_row), block,
+                           [partials, dk, kw](int64_t blocks) {
+                             std::fill(dk, dk + kw, T(0));
+                             for (int64_t b = 0; b < blocks; ++b) {
+                               const std::vector<T>& p = (*partials)[b];
+                               for (int64_t c = 0; c < kw; ++c) dk[c] += p[c];
+                             }
+                           });
 }
 
 template <typename T>
@@ -346,7 +378,8 @@ ffi::Future ConvFactoredBwdTyped(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::A
                                  ffi::AnyBuffer by_recv, ffi::AnyBuffer recv_ranges,
                                  ffi::AnyBuffer by_send, ffi::AnyBuffer send_ranges,
                                  ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dy,
-                                 ffi::Result<ffi::AnyBuffer> dh, const TpAttrs& attrs) {
+                                 ffi::Result<ffi::AnyBuffer> dh, ffi::Result<ffi::AnyBuffer> dk,
+                                 const TpAttrs& attrs) {
   Graph g;
   if (ffi::Error err = CheckGraph(senders, receivers, by_recv, recv_ranges, by_send, send_ranges,
                                   &g);
@@ -354,7 +387,7 @@ ffi::Future ConvFactoredBwdTyped(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::A
     return ErrorFuture(std::move(err));
   }
   const auto* d = attrs.dims;
-  for (ffi::AnyBuffer* buf : {&x, &y, &h, &kernel, &ct, &*dx, &*dy, &*dh}) {
+  for (ffi::AnyBuffer* buf : {&x, &y, &h, &kernel, &ct, &*dx, &*dy, &*dh, &*dk}) {
     if (buf->element_type() != dx->element_type()) {
       return ErrorFuture(Invalid("the operands' and the results' dtypes differ"));
     }
@@ -369,17 +402,18 @@ ffi::Future ConvFactoredBwdTyped(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::A
       static_cast<int64_t>(x.element_count()) != g.s * d[tp::kX] ||
       static_cast<int64_t>(y.element_count()) != g.e * d[tp::kY] ||
       static_cast<int64_t>(ct.element_count()) != g.r * d[tp::kOut] ||
-      !sized(dx, g.s * d[tp::kX]) || !sized(dy, g.e * d[tp::kY]) || !sized(dh, g.e * hd[1])) {
+      !sized(dx, g.s * d[tp::kX]) || !sized(dy, g.e * d[tp::kY]) || !sized(dh, g.e * hd[1]) ||
+      !sized(dk, hd[1] * d[tp::kW])) {
     return ErrorFuture(Invalid("operand shapes disagree with the graph and irreps (factored "
                                "weights' cotangents: x, y, h (edges, k), kernel (k, weights), "
-                               "the result's cotangent; results as x, y, h or empty)"));
+                               "the result's cotangent; results as x, y, h, kernel or empty)"));
   }
   auto data = [](ffi::Result<ffi::AnyBuffer>& res) {
     return res->element_count() ? res->typed_data<T>() : nullptr;
   };
   return ConvFactoredBwdRun<T>(pool, g, x.typed_data<T>(), y.typed_data<T>(), h.typed_data<T>(),
                                hd[1], kernel.typed_data<T>(), ct.typed_data<T>(), data(dx),
-                               data(dy), data(dh), attrs);
+                               data(dy), data(dh), data(dk), attrs);
 }
 
 ffi::Future ConvImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
@@ -422,7 +456,8 @@ ffi::Future ConvFactoredBwdImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Any
                                 ffi::AnyBuffer by_recv, ffi::AnyBuffer recv_ranges,
                                 ffi::AnyBuffer by_send, ffi::AnyBuffer send_ranges,
                                 ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dy,
-                                ffi::Result<ffi::AnyBuffer> dh, int64_t mode,
+                                ffi::Result<ffi::AnyBuffer> dh, ffi::Result<ffi::AnyBuffer> dk,
+                                int64_t mode,
                                 ffi::Span<const int64_t> dims, ffi::Span<const int64_t> paths,
                                 ffi::Span<const int64_t> cg_i, ffi::Span<const int64_t> cg_j,
                                 ffi::Span<const int64_t> cg_k, ffi::Span<const double> cg_v,
@@ -433,7 +468,7 @@ ffi::Future ConvFactoredBwdImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Any
                      n_entries, x_terms, out_terms, [&](auto zero, const TpAttrs& attrs) {
                        return ConvFactoredBwdTyped<decltype(zero)>(
                            pool, x, y, h, kernel, ct, senders, receivers, by_recv, recv_ranges,
-                           by_send, send_ranges, dx, dy, dh, attrs);
+                           by_send, send_ranges, dx, dy, dh, dk, attrs);
                      });
 }
 
@@ -453,6 +488,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvFactoredBwdCpu, ConvFactoredBwdImpl,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS);

@@ -17,10 +17,10 @@ namespace cpu {
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextConvCpu);
 // The result with the edge weights given as a radial network's last layer: w = h @ kernel.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextConvFactoredCpu);
-// Its cotangents with respect to x, y and h from the result's cotangent, in one walk over the
-// edges by sender. Operands: x, y, h (E x k), kernel (k x dw), the result's cotangent (R x dout),
-// then the graph as above. Results: dx, dy, dh, each either its full shape or empty (not asked
-// for). Attributes as jaxext_tensor_product (mode unused).
+// Its cotangents with respect to x, y, h and kernel from the result's cotangent, in one walk over
+// the edges by sender. Operands: x, y, h (E x k), kernel (k x dw), the result's cotangent
+// (R x dout), then the graph as above. Results: dx, dy, dh, dkernel, each either its full shape
+// or empty (not asked for). Attributes as jaxext_tensor_product (mode unused).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextConvFactoredBwdCpu);
 
 }  // namespace cpu

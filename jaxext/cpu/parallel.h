@@ -65,6 +65,39 @@ xla::ffi::Future ParallelFor(xla::ffi::ThreadPool& pool, int64_t n, int64_t grai
   return xla::ffi::Future(done);
 }
 
+// Runs fn(block, begin, end) over [0, n) in at most threads + 1 blocks of at least `grain`
+// elements (block = 0, 1, ... in index order), then finish(blocks) once, on whichever thread ends
+// the last block, before the future completes: a reduction whose blocks each keep a partial
+// result that finish combines in block order (deterministic for a given number of threads).
+template <typename F, typename G>
+xla::ffi::Future ParallelForReduce(xla::ffi::ThreadPool& pool, int64_t n, int64_t grain, F fn,
+                                   G finish) {
+  const int64_t blocks = std::min<int64_t>(pool.num_threads() + 1,
+                                           std::max<int64_t>(1, n / std::max<int64_t>(1, grain)));
+  const int64_t step = (n + blocks - 1) / blocks;
+  if (blocks <= 1) {
+    fn(int64_t{0}, int64_t{0}, n);
+    finish(int64_t{1});
+    return ReadyFuture();
+  }
+  auto left = std::make_shared<std::atomic<int64_t>>(blocks);
+  auto run = [fn, finish, left, blocks](int64_t b, int64_t begin, int64_t end) mutable {
+    fn(b, begin, end);
+    if (left->fetch_sub(1) == 1) finish(blocks);
+  };
+  xla::ffi::CountDownPromise done(blocks);
+  for (int64_t b = 0; b + 1 < blocks; ++b) {
+    const int64_t begin = std::min(n, b * step), end = std::min(n, begin + step);
+    pool.Schedule([run, b, begin, end, done]() mutable {
+      run(b, begin, end);
+      done.CountDown(1, xla::ffi::Error::Success());
+    });
+  }
+  run(blocks - 1, std::min(n, (blocks - 1) * step), n);
+  done.CountDown(1, xla::ffi::Error::Success());
+  return xla::ffi::Future(done);
+}
+
 // Runs fn(begin, end) over [0, n) in blocks of `block` indices handed out on demand: for work whose
 // cost varies a lot between indices (one ODE trajectory per index), no thread waits on another's
 // static share. The calling thread works too; at most threads + 1 workers.

@@ -80,7 +80,9 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
       `edge_weights @ edge_weights_kernel`, edge_weights being (E, k) (a radial network's last
       hidden layer, whose last layer has no bias). The CPU kernel makes each receiver's weights as
       it goes, so that no (E, number of weights) array is written or read in the forward pass;
-      derivatives (and other platforms) make it with a matrix product.
+      differentiated, the cotangents (x, edge_sh, edge_weights and the kernel) come from one
+      walk over each sender's edges that makes them the same way; other platforms make the
+      array with a matrix product.
 
   Returns:
     (num_nodes, dim(irreps_out)), equal to
@@ -265,9 +267,8 @@ for _prim, _checked in ((conv_p, True), (_conv_built_p, False)):
 # weights as it adds its edges, so the forward pass never writes an E x weights array (at 3000
 # atoms of jax-md's NequIP, 816 MB per layer in float64, the largest array of its forward pass).
 # Its JVP is the primal and _conv_factored_lin_p (linear in the tangents of x, y, h, kernel),
-# whose transpose is _conv_factored_bwd_p: the cotangents of x, y and h from one walk over the
-# edges by sender (jaxext_conv_factored_bwd), no E x weights array either; the kernel's cotangent
-# (training) is h^T times the weights' cotangent (the four-mode primitive's mode W). The
+# whose transpose is _conv_factored_bwd_p: the cotangents of x, y, h and kernel from one walk
+# over the edges by sender (jaxext_conv_factored_bwd), no E x weights array either. The
 # derivatives of the two helpers are those of their compositions (w made by a matrix product,
 # then the four-mode primitive), and elsewhere than on the CPU all three lower to those. Bound
 # only on graphs conv() built (trusted as _conv_built_p).
@@ -323,16 +324,19 @@ def _lin_composite(x, y, h, kernel, *rest, which, key):
 
 
 def _bwd_composite(x, y, h, kernel, ct, *graph, which, key):
-  """The cotangents of x, y, h asked for (`which`) from the result's cotangent ct."""
+  """The cotangents of x, y, h, kernel asked for (`which`) from the result's cotangent ct."""
   w = _made(h, kernel)
   out = []
   if which[0]:
     out.append(_conv_built_p.bind(y, w, ct, *graph, mode=X, key=key))
   if which[1]:
     out.append(_conv_built_p.bind(x, w, ct, *graph, mode=Y, key=key))
-  if which[2]:
+  if which[2] or which[3]:
     dw = _conv_built_p.bind(x, y, ct, *graph, mode=W, key=key)
-    out.append(_made(dw, kernel.T))
+    if which[2]:
+      out.append(_made(dw, kernel.T))
+    if which[3]:
+      out.append(_made(h.T, dw))
   return out
 
 
@@ -356,12 +360,12 @@ def _bwd_abstract_eval(x, y, h, kernel, ct, *graph, which, key):
   spec = _check_factored("conv_factored_bwd_p", x, y, h, kernel, graph, key)
   if ct.shape != (graph[3].shape[0] - 1, spec.dims[OUT]) or ct.dtype != x.dtype:
     raise TypeError(f"conv_factored_bwd_p: the result's cotangent is {ct.dtype}{list(ct.shape)}")
-  return [jax.core.ShapedArray(p.shape, p.dtype) for p, want in zip((x, y, h), which) if want]
+  return [jax.core.ShapedArray(p.shape, p.dtype) for p, want in zip((x, y, h, kernel), which)
+          if want]
 
 
 def _cpu_handler(name):
-  return "jaxext_conv_factored" in _ffi.register_all().get("cpu", ()) and name in \
-      _ffi.register_all().get("cpu", ())
+  return name in _ffi.register_all().get("cpu", ())
 
 
 def _factored_lowering(ctx, *args, key, platform):
@@ -384,10 +388,9 @@ def _bwd_lowering(ctx, *args, which, key, platform):
   if platform != "cpu" or not _cpu_handler("jaxext_conv_factored_bwd"):
     return compat.lower_fun(lambda *xs: _bwd_composite(*xs, which=which, key=key),
                             multiple_results=True)(ctx, *args)
-  x, y, h = ctx.avals_in[:3]
-  # Three results always; those not asked for are empty (the handler skips them).
+  # Four results always; those not asked for are empty (the handler skips them).
   shapes = [jax.ShapeDtypeStruct(p.shape if want else (0,) + p.shape[1:], p.dtype)
-            for p, want in zip((x, y, h), which)]
+            for p, want in zip(ctx.avals_in[:4], which)]
   call = jax.ffi.ffi_call("jaxext_conv_factored_bwd", shapes)
   attrs = ffi_attrs(_spec(*key), OUT)
 
@@ -411,19 +414,14 @@ def _lin_transpose(ct, x, y, h, kernel, *rest, which, key):
   tangents, graph = rest[:n], rest[n:]
   if any(compat.is_undefined_primal(v) for v in (x, y, h, kernel, *graph)):
     raise NotImplementedError("conv_factored_lin_p is linear in its tangents only")
-  ct = compat.instantiate_zeros(ct)
+  if compat.is_zero_tangent(ct):
+    return [None] * (4 + n + len(graph))
   spread = _present(tangents, which)
   need = [t is not None and compat.is_undefined_primal(t) for t in spread]
   cts = [None] * 4
-  if any(need[:3]):
-    got = iter(_conv_factored_bwd_p.bind(x, y, h, kernel, ct, *graph, which=tuple(need[:3]),
-                                         key=key))
-    for q in range(3):
-      if need[q]:
-        cts[q] = next(got)
-  if need[3]:  # the kernel's: h^T dw (training; dw, E x weights, is made here)
-    dw = _conv_built_p.bind(x, y, ct, *graph, mode=W, key=key)
-    cts[3] = jnp.matmul(h.T, dw, precision=jax.lax.Precision.HIGHEST)
+  if any(need):
+    cts = _present(_conv_factored_bwd_p.bind(x, y, h, kernel, ct, *graph, which=tuple(need),
+                                             key=key), need)
   return [None] * 4 + [c for c, present in zip(cts, which) if present] + [None] * len(graph)
 
 

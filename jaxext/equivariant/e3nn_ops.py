@@ -205,7 +205,7 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
     weights_kernel: None, or (k, num_irreps of the product's output): the weights are then
       `weights @ weights_kernel`, weights being (E, k), a radial network's last hidden layer (its
       last layer without bias), made per receiver by the CPU kernel (jaxext.equivariant.conv's
-      edge_weights_kernel): no (E, num_irreps) array in the forward pass.
+      edge_weights_kernel): no (E, num_irreps) array in the forward pass or in its gradients.
   """
   num_nodes = node_count(num_nodes)
   like, xa, tx, y, ty = _inputs(x, sh, regroup_output)
