@@ -786,8 +786,8 @@ def test_conv_factored_weights_derivatives_to_third_order():
   assert float(third(f)) == pytest.approx(float(third(ref)), rel=1e-10)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_conv_factored_weights_cotangents_in_one_walk_by_sender(dtype):
+@pytest.mark.parametrize("dtype, k", [(np.float64, 5), (np.float32, 5), (np.float64, 64)])
+def test_conv_factored_weights_cotangents_in_one_walk_by_sender(dtype, k):
   # Differentiated, the factored result's cotangents of x, y, h and kernel come from one handler
   # that walks each sender's edges in chunks of 48 (jaxext_conv_factored_bwd: the weights made
   # per chunk, their cotangent contracted with the kernel and with h at once), so that no
@@ -798,11 +798,11 @@ def test_conv_factored_weights_cotangents_in_one_walk_by_sender(dtype):
   counts = [0, 1, 47, 48, 49, 100]
   rng = np.random.default_rng(70)
   snd = rng.permutation(np.repeat(np.arange(len(counts)), counts))
-  edges, nodes, k = snd.size, len(counts), 5
+  edges, nodes = snd.size, len(counts)  # k: a hidden layer narrower and wider than a chunk
   rcv = rng.integers(0, nodes, edges)
   x = rng.normal(size=(nodes, e3nn.Irreps(ix).dim))
   y = np.asarray(eq.spherical_harmonics(iy, rng.normal(size=(edges, 3))))
-  h, kernel = rng.normal(size=(edges, k)), rng.normal(size=(k, 88)) / 3
+  h, kernel = rng.normal(size=(edges, k)), rng.normal(size=(k, 88)) / np.sqrt(3 * k)
   ct = rng.normal(size=(nodes, e3nn.Irreps(io).dim))
   args = [np.asarray(v, dtype) for v in (x, y, h, kernel)]
   f = lambda a, b, c, d: jnp.sum(jnp.asarray(ct, dtype) * eq.conv(
