@@ -120,6 +120,18 @@ def child(args):
   print("RESULT " + json.dumps(out))
 
 
+def run_arm(arm, atoms, layers, dtype, calls, env=None):
+  """One arm in a process of its own (child): (its RESULT dict, None), or (None, the end of its
+  output) where it failed."""
+  cmd = [sys.executable, os.path.abspath(__file__), "--child", arm, "--atoms", str(atoms),
+         "--layers", str(layers), "--dtype", dtype, "--calls", str(calls)]
+  run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+  line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+  if run.returncode or not line:
+    return None, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}".strip()
+  return json.loads(line[0][len("RESULT "):]), None
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--atoms", type=int, default=3000)
@@ -139,14 +151,9 @@ def main():
   results = {arm: [] for arm in arms}
   for r in range(args.rounds):
     for arm in (arms if r % 2 == 0 else arms[::-1]):
-      cmd = [sys.executable, os.path.abspath(__file__), "--child", arm, "--atoms",
-             str(args.atoms), "--layers", str(args.layers), "--dtype", args.dtype,
-             "--calls", str(args.calls)]
-      run = subprocess.run(cmd, capture_output=True, text=True)
-      line = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
-      if run.returncode or not line:
-        sys.exit(f"{arm} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
-      res = json.loads(line[0][len("RESULT "):])
+      res, failure = run_arm(arm, args.atoms, args.layers, args.dtype, args.calls)
+      if res is None:
+        sys.exit(f"{arm} failed:\n{failure}")
       results[arm].append(res)
       print(f"round {r + 1}: {arm}: " + ", ".join(
           f"{k} {v:.3f} s" for k, v in res["times"].items()) +

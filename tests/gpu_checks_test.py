@@ -9,6 +9,17 @@ import subprocess
 import sys
 
 
+def _setup(tmp_path, **extra):
+  """The CPU handler library in tmp_path/libs (gpu_checks' --libs) and the script's environment:
+  the report under tmp_path, unbuffered output, faulthandler on."""
+  libs = tmp_path / "libs"
+  libs.mkdir()
+  shutil.copy(os.environ["JAXEXT_CPU_HANDLERS"], libs / "jaxext_cpu_handlers.so")
+  env = {k: v for k, v in os.environ.items() if k != "JAXEXT_HANDLER_LIBRARIES"}
+  env.update(OUT=str(tmp_path), PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1", **extra)
+  return libs, env
+
+
 def _sections():
   r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--list-sections"],
                      capture_output=True, text=True, check=True)
@@ -16,13 +27,7 @@ def _sections():
 
 
 def test_gpu_checks_script_runs_on_cpu(tmp_path):
-  libs = tmp_path / "libs"
-  libs.mkdir()
-  shutil.copy(os.environ["JAXEXT_CPU_HANDLERS"], libs / "jaxext_cpu_handlers.so")
-  env = {k: v for k, v in os.environ.items() if k != "JAXEXT_HANDLER_LIBRARIES"}
-  env["OUT"] = str(tmp_path)
-  env["PYTHONFAULTHANDLER"] = "1"
-  env["PYTHONUNBUFFERED"] = "1"
+  libs, env = _setup(tmp_path)
   sections = [s for s in _sections() if s != "nequip"]  # (nequip: the test below)
   r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--device", "cpu",
                       "--libs", str(libs), "--n", "200000", "--repeats", "2",
@@ -58,12 +63,7 @@ def test_gpu_checks_peer_arms_run_on_cpu(tmp_path):
   import pytest
   for name in ("jaxoplanet", "diffrax", "e3nn_jax"):
     pytest.importorskip(name)
-  libs = tmp_path / "libs"
-  libs.mkdir()
-  shutil.copy(os.environ["JAXEXT_CPU_HANDLERS"], libs / "jaxext_cpu_handlers.so")
-  env = {k: v for k, v in os.environ.items() if k != "JAXEXT_HANDLER_LIBRARIES"}
-  env.update(OUT=str(tmp_path), PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
-             JAXEXT_GPU_CHECKS_PEERS="1")
+  libs, env = _setup(tmp_path, JAXEXT_GPU_CHECKS_PEERS="1")
   for section in ("limbdark", "ode", "equivariant"):
     r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--device", "cpu",
                         "--libs", str(libs), "--n", "20000", "--repeats", "1", "--only", section],
@@ -93,11 +93,7 @@ def test_gpu_checks_peer_arms_run_on_cpu(tmp_path):
 def test_gpu_checks_nequip_section_on_cpu(tmp_path):
   """The jax-md NequIP section (#32 item 4's model): both arms, both dtypes, each in its own
   process, on 64 atoms and 2 layers; its checks pass and its rows carry every arm's times."""
-  libs = tmp_path / "libs"
-  libs.mkdir()
-  shutil.copy(os.environ["JAXEXT_CPU_HANDLERS"], libs / "jaxext_cpu_handlers.so")
-  env = {k: v for k, v in os.environ.items() if k != "JAXEXT_HANDLER_LIBRARIES"}
-  env.update(OUT=str(tmp_path), PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1")
+  libs, env = _setup(tmp_path)
   r = subprocess.run([sys.executable, os.environ["JAXEXT_GPU_CHECKS"], "--device", "cpu",
                       "--libs", str(libs), "--repeats", "1", "--only", "nequip",
                       "--nequip-atoms", "64", "--nequip-layers", "2"],

@@ -1093,11 +1093,9 @@ def nequip_checks(check, device, report, atoms, layers, calls):
   to the float64 result as e3nn-jax's own float32 is (within 3x; e3nn-jax's contractions run in
   TF32 on GPUs by default). Bench: energy and energy + forces times (best of `calls`), XLA's
   temporaries, the device allocator's peak, and the speed-ups over e3nn-jax."""
-  import subprocess
-
+  import nequip_bench
   import numpy as np
 
-  script = os.path.join(ROOT, "benchmarks", "nequip_bench.py")
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
   if device == "cpu":
@@ -1105,15 +1103,11 @@ def nequip_checks(check, device, report, atoms, layers, calls):
   res = {}
   for dtype in ("float64", "float32"):
     for arm in ("e3nn", "jaxext"):
-      cmd = [sys.executable, script, "--child", arm, "--atoms", str(atoms), "--layers", str(layers),
-             "--dtype", dtype, "--calls", str(calls)]
-      run = subprocess.run(cmd, capture_output=True, text=True, env=env)
-      line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
-      if run.returncode or not line:
-        check(f"jax-md NequIP {arm} {dtype} ran", False,
-              (run.stdout[-1500:] + run.stderr[-2500:]).strip())
+      got, failure = nequip_bench.run_arm(arm, atoms, layers, dtype, calls, env=env)
+      if got is None:
+        check(f"jax-md NequIP {arm} {dtype} ran", False, failure[-4000:])
         continue
-      res[arm, dtype] = json.loads(line[0][len("RESULT "):])
+      res[arm, dtype] = got
   if ("e3nn", "float64") not in res or ("jaxext", "float64") not in res:
     return
   ref = res["e3nn", "float64"]

@@ -112,6 +112,36 @@ struct WeightFactors {
 // Edges whose weights are made together (kChunk x the product's weights in each thread's buffer).
 constexpr int64_t kChunk = 48;
 
+// The factored forms' operands after the graph is checked: x (senders x dx), y (edges x dy),
+// h (edges x k), kernel (k x dw), each of the results' dtype `type`; k into *k.
+ffi::Error CheckFactored(const Graph& g, const TpAttrs& attrs, ffi::DataType type,
+                         ffi::AnyBuffer& x, ffi::AnyBuffer& y, ffi::AnyBuffer& h,
+                         ffi::AnyBuffer& kernel, int64_t* k) {
+  for (ffi::AnyBuffer* buf : {&x, &y, &h, &kernel}) {
+    if (buf->element_type() != type) {
+      return Invalid("the operands' and the result's dtypes differ");
+    }
+  }
+  const auto* d = attrs.dims;
+  const auto hd = h.dimensions(), kd = kernel.dimensions();
+  if (hd.size() != 2 || kd.size() != 2 || hd[0] != g.e || kd[0] != hd[1] || kd[1] != d[tp::kW] ||
+      static_cast<int64_t>(x.element_count()) != g.s * d[tp::kX] ||
+      static_cast<int64_t>(y.element_count()) != g.e * d[tp::kY]) {
+    return Invalid("operand shapes disagree with the graph and irreps (factored weights: "
+                   "(edges, k) and (k, weights))");
+  }
+  *k = hd[1];
+  return ffi::Error::Success();
+}
+
+// ParallelFor's grain for rows sharing `edges` edges of `per_edge` work units each: ~200000
+// units per chunk.
+inline int64_t Grain(int64_t per_edge, int64_t edges, int64_t rows) {
+  const int64_t per_row = std::max<int64_t>(1, per_edge * std::max<int64_t>(1, edges) /
+                                                   std::max<int64_t>(1, rows));
+  return std::max<int64_t>(1, 200000 / per_row);
+}
+
 template <typename T>
 ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_in[4],
                     WeightFactors<T> factors, T* result, const TpAttrs& attrs) {
@@ -136,9 +166,7 @@ ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_i
   // A row's cost: its share of the product's entries over the edges, and of the weights' matrix
   // product where the weights are made here.
   const int64_t per_edge = attrs.n_entries * 8 + factors.k * d[tp::kW];
-  const int64_t per_row = std::max<int64_t>(1, per_edge * std::max<int64_t>(1, e) /
-                                                   std::max<int64_t>(1, n_rows));
-  return ParallelFor(pool, n_rows, std::max<int64_t>(1, 200000 / per_row),
+  return ParallelFor(pool, n_rows, Grain(per_edge, e, n_rows),
                      [=](int64_t begin, int64_t end) {
                        TpRows<T> row(owned->attrs, table);
                        auto add_edge = [&](int64_t k, const T* w) {  // edge k's four rows
@@ -224,22 +252,16 @@ ffi::Future ConvFactoredTyped(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::AnyB
       err.failure()) {
     return ErrorFuture(std::move(err));
   }
-  const auto* d = attrs.dims;
-  for (ffi::AnyBuffer* buf : {&x, &y, &h, &kernel}) {
-    if (buf->element_type() != out->element_type()) {
-      return ErrorFuture(Invalid("the operands' and the result's dtypes differ"));
-    }
+  int64_t k;
+  if (ffi::Error err = CheckFactored(g, attrs, out->element_type(), x, y, h, kernel, &k);
+      err.failure()) {
+    return ErrorFuture(std::move(err));
   }
-  const auto hd = h.dimensions(), kd = kernel.dimensions();
-  if (hd.size() != 2 || kd.size() != 2 || hd[0] != g.e || kd[0] != hd[1] || kd[1] != d[tp::kW] ||
-      static_cast<int64_t>(x.element_count()) != g.s * d[tp::kX] ||
-      static_cast<int64_t>(y.element_count()) != g.e * d[tp::kY] ||
-      static_cast<int64_t>(out->element_count()) != g.r * d[tp::kOut]) {
-    return ErrorFuture(Invalid("operand shapes disagree with the graph and irreps (factored "
-                               "weights: (edges, k) and (k, weights))"));
+  if (static_cast<int64_t>(out->element_count()) != g.r * attrs.dims[tp::kOut]) {
+    return ErrorFuture(Invalid("the result's shape disagrees with the graph and irreps"));
   }
   const T* slot[4] = {x.typed_data<T>(), y.typed_data<T>(), nullptr, nullptr};
-  WeightFactors<T> factors{true, h.typed_data<T>(), hd[1], kernel.typed_data<T>()};
+  WeightFactors<T> factors{true, h.typed_data<T>(), k, kernel.typed_data<T>()};
   return ConvRun<T>(pool, g, slot, factors, out->typed_data<T>(), attrs);
 }
 
@@ -257,21 +279,20 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
   const std::array<int64_t, 4> d{attrs.dims[0], attrs.dims[1], attrs.dims[2], attrs.dims[3]};
   const int64_t e = g.e, r = g.r, s = g.s;
   const int32_t *rcv = g.rcv, *order_s = g.order_s, *range_s = g.range_s;
-  // Per mode: its attributes (owned: the chunks run after this function returned) and table.
-  struct Mode {
+  // The attributes (owned: the chunks run after this function returned) in the three modes that
+  // make the cotangents, and each mode's table.
+  struct Modes {
     std::shared_ptr<const OwnedTpAttrs> owned;
-    TpAttrs attrs;
+    TpAttrs x, y, w;
   };
-  auto mode = [&](int m) {
-    auto o = std::make_shared<Mode>();
-    o->owned = Own(attrs);
-    o->attrs = o->owned->attrs;
-    o->attrs.mode = m;
-    return std::shared_ptr<const Mode>(o);
-  };
-  const auto mx = mode(tp::kX), my = mode(tp::kY), mw = mode(tp::kW);
-  const auto tx = MakeTable<T>(mx->attrs), ty = MakeTable<T>(my->attrs),
-             tw = MakeTable<T>(mw->attrs);
+  auto modes_owned = std::make_shared<Modes>();
+  modes_owned->owned = Own(attrs);
+  modes_owned->x = modes_owned->y = modes_owned->w = modes_owned->owned->attrs;
+  modes_owned->x.mode = tp::kX;
+  modes_owned->y.mode = tp::kY;
+  modes_owned->w.mode = tp::kW;
+  const std::shared_ptr<const Modes> m = modes_owned;
+  const auto tx = MakeTable<T>(m->x), ty = MakeTable<T>(m->y), tw = MakeTable<T>(m->w);
   const bool want_w = dx != nullptr || dy != nullptr;  // the weights themselves
   const bool want_dw = dh != nullptr || dk != nullptr;  // the weights' cotangents
   std::shared_ptr<const std::vector<T>> x_minor, o_minor;
@@ -290,14 +311,13 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
   const int64_t modes = (dx != nullptr) + (dy != nullptr) + want_dw;
   const int64_t per_edge = attrs.n_entries * 8 * modes +
                            k * d[tp::kW] * (want_w + (dh != nullptr) + (dk != nullptr));
-  const int64_t per_row = std::max<int64_t>(1, per_edge * std::max<int64_t>(1, e) /
-                                                   std::max<int64_t>(1, s));
+  const int64_t grain = Grain(per_edge, e, s);
   const int64_t kw = k * d[tp::kW];
   // Each block's partial dk (k x weights), made when the block runs.
   auto partials = std::make_shared<std::vector<std::vector<T>>>(
       dk != nullptr ? static_cast<size_t>(pool.num_threads() + 1) : 0);
   auto block = [=](int64_t b, int64_t begin, int64_t end) {
-    TpRows<T> row_x(mx->attrs, tx), row_y(my->attrs, ty), row_w(mw->attrs, tw);
+    TpRows<T> row_x(m->x, tx), row_y(m->y, ty), row_w(m->w, tw);
     std::vector<const T*> rows(std::max<int64_t>(kChunk, k));
     std::vector<T> made, dw, dh_chunk, h_t, dk_chunk;
     if (want_w) made.resize(static_cast<size_t>(kChunk * d[tp::kW]));
@@ -358,10 +378,10 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
     }
   };
   if (dk == nullptr) {
-    return ParallelFor(pool, s, std::max<int64_t>(1, 200000 / per_row),
+    return ParallelFor(pool, s, grain,
                        [block](int64_t begin, int64_t end) { block(0, begin, end); });
   }
-  return ParallelForReduce(pool, s, std::max<int64_t>(1, 200000 / per_row), block,
+  return ParallelForReduce(pool, s, grain, block,
                            [partials, dk, kw](int64_t blocks) {
                              std::fill(dk, dk + kw, T(0));
                              for (int64_t b = 0; b < blocks; ++b) {
@@ -386,33 +406,30 @@ ffi::Future ConvFactoredBwdTyped(ffi::ThreadPool& pool, ffi::AnyBuffer x, ffi::A
       err.failure()) {
     return ErrorFuture(std::move(err));
   }
-  const auto* d = attrs.dims;
-  for (ffi::AnyBuffer* buf : {&x, &y, &h, &kernel, &ct, &*dx, &*dy, &*dh, &*dk}) {
-    if (buf->element_type() != dx->element_type()) {
-      return ErrorFuture(Invalid("the operands' and the results' dtypes differ"));
-    }
+  const ffi::DataType type = dx->element_type();
+  int64_t k;
+  if (ffi::Error err = CheckFactored(g, attrs, type, x, y, h, kernel, &k); err.failure()) {
+    return ErrorFuture(std::move(err));
   }
-  const auto hd = h.dimensions(), kd = kernel.dimensions();
+  const auto* d = attrs.dims;
   // A result is made where it has elements (the caller asks for the cotangents it needs).
-  auto sized = [](ffi::Result<ffi::AnyBuffer>& res, int64_t n) {
+  auto sized = [type](ffi::Result<ffi::AnyBuffer>& res, int64_t n) {
     const int64_t have = static_cast<int64_t>(res->element_count());
-    return have == 0 || have == n;
+    return res->element_type() == type && (have == 0 || have == n);
   };
-  if (hd.size() != 2 || kd.size() != 2 || hd[0] != g.e || kd[0] != hd[1] || kd[1] != d[tp::kW] ||
-      static_cast<int64_t>(x.element_count()) != g.s * d[tp::kX] ||
-      static_cast<int64_t>(y.element_count()) != g.e * d[tp::kY] ||
+  if (ct.element_type() != type ||
       static_cast<int64_t>(ct.element_count()) != g.r * d[tp::kOut] ||
-      !sized(dx, g.s * d[tp::kX]) || !sized(dy, g.e * d[tp::kY]) || !sized(dh, g.e * hd[1]) ||
-      !sized(dk, hd[1] * d[tp::kW])) {
-    return ErrorFuture(Invalid("operand shapes disagree with the graph and irreps (factored "
-                               "weights' cotangents: x, y, h (edges, k), kernel (k, weights), "
-                               "the result's cotangent; results as x, y, h, kernel or empty)"));
+      !sized(dx, g.s * d[tp::kX]) || !sized(dy, g.e * d[tp::kY]) || !sized(dh, g.e * k) ||
+      !sized(dk, k * d[tp::kW])) {
+    return ErrorFuture(Invalid("the result's cotangent (receivers, out) or the cotangents' "
+                               "shapes (as x, y, h, kernel, or empty) disagree with the graph "
+                               "and irreps"));
   }
   auto data = [](ffi::Result<ffi::AnyBuffer>& res) {
     return res->element_count() ? res->typed_data<T>() : nullptr;
   };
   return ConvFactoredBwdRun<T>(pool, g, x.typed_data<T>(), y.typed_data<T>(), h.typed_data<T>(),
-                               hd[1], kernel.typed_data<T>(), ct.typed_data<T>(), data(dx),
+                               k, kernel.typed_data<T>(), ct.typed_data<T>(), data(dx),
                                data(dy), data(dh), data(dk), attrs);
 }
 

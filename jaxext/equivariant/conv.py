@@ -251,7 +251,7 @@ def _batch(prim, args, dims, **params):
   size = compat.batch_size(args, dims)
   moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
   out = jax.lax.map(lambda xs: prim.bind(*xs, **params), tuple(moved))
-  return out, 0
+  return (list(out), [0] * len(out)) if prim.multiple_results else (out, 0)
 
 
 for _prim, _checked in ((conv_p, True), (_conv_built_p, False)):
@@ -310,17 +310,12 @@ def _lin_composite(x, y, h, kernel, *rest, which, key):
   tangents, graph = _present(rest[:sum(which)], which), rest[sum(which):]
   tx, ty, th, tk = tangents
   w = _made(h, kernel)
-  tw = None
-  for t in ((_made(th, kernel) if th is not None else None),
-            (_made(h, tk) if tk is not None else None)):
-    if t is not None:
-      tw = t if tw is None else tw + t
-  total = jnp.zeros((graph[3].shape[0] - 1, _spec(*key).dims[OUT]), x.dtype)
-  for args in (((tx, y, w) if tx is not None else None), ((x, ty, w) if ty is not None else None),
-               ((x, y, tw) if tw is not None else None)):
-    if args is not None:
-      total = total + _conv_built_p.bind(*args, *graph, mode=OUT, key=key)
-  return total
+  tws = ([_made(th, kernel)] if th is not None else []) + ([_made(h, tk)] if tk is not None else [])
+  terms = (([(tx, y, w)] if tx is not None else []) + ([(x, ty, w)] if ty is not None else []) +
+           ([(x, y, functools.reduce(operator.add, tws))] if tws else []))
+  zero = jnp.zeros((graph[3].shape[0] - 1, _spec(*key).dims[OUT]), x.dtype)
+  return functools.reduce(operator.add, (_conv_built_p.bind(*args, *graph, mode=OUT, key=key)
+                                         for args in terms), zero)
 
 
 def _bwd_composite(x, y, h, kernel, ct, *graph, which, key):
@@ -444,14 +439,6 @@ def _bwd_jvp(primals, tangents, *, which, key):
   return _composite_jvp(_bwd_composite, 5)(primals, tangents, which=which, key=key)
 
 
-def _batch_multi(prim, args, dims, **params):
-  """A batch of graphs, one call per graph (jax.lax.map), for a primitive of several results."""
-  size = compat.batch_size(args, dims)
-  moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
-  out = jax.lax.map(lambda xs: tuple(prim.bind(*xs, **params)), tuple(moved))
-  return list(out), [0] * len(out)
-
-
 _conv_factored_p.def_abstract_eval(_factored_abstract_eval)
 _conv_factored_lin_p.def_abstract_eval(_lin_abstract_eval)
 _conv_factored_bwd_p.def_abstract_eval(_bwd_abstract_eval)
@@ -467,7 +454,5 @@ compat.register_jvp(_conv_factored_p, _factored_jvp)
 compat.register_jvp(_conv_factored_lin_p, _lin_jvp)
 compat.register_jvp(_conv_factored_bwd_p, _bwd_jvp)
 compat.register_transpose(_conv_factored_lin_p, _lin_transpose)
-for _prim in (_conv_factored_p, _conv_factored_lin_p):
+for _prim in (_conv_factored_p, _conv_factored_lin_p, _conv_factored_bwd_p):
   compat.register_batching(_prim, functools.partial(_batch, _prim))
-compat.register_batching(_conv_factored_bwd_p, functools.partial(_batch_multi,
-                                                                 _conv_factored_bwd_p))

@@ -45,6 +45,14 @@ from jaxext.equivariant import e3nn_ops
 __all__ = ["MessagePassing"]
 
 
+def _dense_factors(lhs, kernel, dimension_numbers, precision=None, preferred_element_type=None):
+  """A `dot_general` for a bias-free `nn.Dense` that returns its two factors (inputs, kernel)
+  instead of their product, so that the layer's product can happen inside a fused kernel
+  (`weights_kernel`) while flax makes and initialises the kernel as usual."""
+  del dimension_numbers, precision, preferred_element_type  # (lhs's last axis, kernel's first)
+  return lhs, kernel
+
+
 class _RadialMLP(nn.Module):
   """`e3nn.flax.MultiLayerPerceptron(neurons, act, output_activation=False)` (its parameters:
   Dense_0..k, same shapes, initialisers and dtype, so either backend reads the other's), returned
@@ -73,13 +81,10 @@ class _RadialMLP(nn.Module):
       if act is not None:
         x = act(x)
 
-    def factors(lhs, kernel, dimension_numbers, precision=None, preferred_element_type=None):
-      del dimension_numbers, precision, preferred_element_type  # (lhs's last axis, kernel's first)
-      return lhs, kernel
     # nn.Dense makes (and initialises) the kernel as e3nn-jax's MLP does, then returns what its
     # dot_general returns (no bias to add): the two factors.
     alpha = 1 / x.shape[-1]
-    hidden, kernel = dense(self.neurons[-1], alpha, dot_general=factors)(x)
+    hidden, kernel = dense(self.neurons[-1], alpha, dot_general=_dense_factors)(x)
     return hidden, kernel * (jnp.sqrt(alpha) ** normalization).astype(kernel.dtype)
 
 

@@ -51,6 +51,7 @@ except ImportError as err:  # pragma: no cover - exercised only where jax-md is 
   ) from err
 
 from jaxext.equivariant import e3nn_ops
+from jaxext.equivariant.flax import _dense_factors
 from jaxext.equivariant import segment_sum as _segment_sum
 from jaxext.equivariant import spherical_harmonics as _spherical_harmonics
 
@@ -116,16 +117,11 @@ class MLP(_nn_util.MLP):
     for width in self.features[:-1]:
       x = phi(nn.Dense(width, use_bias=self.use_bias,
                        kernel_init=_nn_util.normal(self.scalar_mlp_std))(x))
-    columns = np.asarray(self.order, np.int32)
-
-    def factors(lhs, kernel, dimension_numbers, precision=None, preferred_element_type=None):
-      del dimension_numbers, precision, preferred_element_type  # (lhs's last axis, kernel's first)
-      return lhs, kernel[:, columns]
     # nn.Dense makes (and initialises) the kernel as jax-md's, then returns what its dot_general
     # returns (no bias to add): the two factors.
     hidden, kernel = nn.Dense(self.features[-1], use_bias=False, kernel_init=_nn_util.normal(1.0),
-                              dot_general=factors)(x)
-    return hidden, kernel
+                              dot_general=_dense_factors)(x)
+    return hidden, kernel[:, np.asarray(self.order, np.int32)]
 
 
 class NequIPConvolution(_nequip.NequIPConvolution):
