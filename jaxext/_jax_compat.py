@@ -111,6 +111,11 @@ def undefined_primal_aval(x):
   return x.aval
 
 
+def is_traced(x) -> bool:
+  """Whether `x` is a tracer (an abstract value inside jit, grad, vmap...) rather than data."""
+  return isinstance(x, jax.core.Tracer)
+
+
 def is_zero_tangent(t) -> bool:
   return type(t) is ad.Zero
 

@@ -64,11 +64,12 @@ def int32_indices(ids, bound: int):
   """Integer indices into [0, bound) as the int32 the kernels take. A cast alone would wrap
   int64 or uint32 values beyond the int32 range onto valid rows (2**32 + 1 -> 1); instead they
   are clamped to -1 or `bound`, outside the range like the values themselves (order kept, so
-  sorted ids stay sorted). bound < 2**31."""
-  info = jnp.iinfo(ids.dtype)
+  sorted ids stay sorted). bound < 2**31. NumPy ids give NumPy int32, jax ids jax int32."""
+  xp = np if isinstance(ids, np.ndarray) else jnp
+  info = np.iinfo(ids.dtype)
   if info.min >= -(2**31) and info.max < 2**31:
-    return ids.astype(jnp.int32)
-  return jnp.clip(ids, max(info.min, -1), min(info.max, bound)).astype(jnp.int32)
+    return ids.astype(np.int32)
+  return xp.clip(ids, max(info.min, -1), min(info.max, bound)).astype(np.int32)
 
 
 def integer_operand(x: Any, name: str) -> jax.Array:

@@ -115,11 +115,8 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
   e = y.shape[0]
   if w.shape[0] != e:
     raise ValueError(f"edge_weights has {w.shape[0]} rows, edge_sh {e}")
-  snd, rcv = integer_operand(senders, "senders"), integer_operand(receivers, "receivers")
-  for ids, name in ((snd, "senders"), (rcv, "receivers")):
-    if ids.shape != (e,):
-      raise ValueError(f"{name} must have shape ({e},) (one per edge); got {ids.shape}")
   num_nodes = node_count(num_nodes)
+  graph = edge_graph(senders, receivers, e, x.shape[0], num_nodes)
   dtype = jnp.result_type(x, y, w, *([] if kernel is None else [kernel]))
   scale = weight_scale(tx, ty, to, irrep_normalization, path_normalization,
                        gradient_normalization)
@@ -128,8 +125,6 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
       w = w * jnp.asarray(scale, dtype)
     else:
       kernel = kernel * jnp.asarray(scale, dtype)
-  snd, rcv = int32_indices(snd, x.shape[0]), int32_indices(rcv, num_nodes)
-  graph = _graph(snd, rcv, x.shape[0], num_nodes)
   out = bind_built(x.astype(dtype), y.astype(dtype), w.astype(dtype),
                    None if kernel is None else kernel.astype(dtype), graph, (tx, ty, to))
   return _e3nn.wrap(like, to, out)
@@ -152,6 +147,36 @@ def node_count(num_nodes) -> int:
   if n < 0:
     raise ValueError(f"num_nodes must be >= 0; got {n}")
   return n
+
+
+def edge_graph(senders, receivers, num_edges: int, num_senders: int, num_nodes: int):
+  """The six graph operands of conv's primitives (see _graph) for `num_edges` edges from
+  `senders` to `receivers`, or a TypeError / ValueError naming them.
+
+  Ids that are data rather than tracers (NumPy arrays, lists, jax arrays closed over by a jitted
+  function) are sorted here with NumPy, once: the graph enters the computation as constants.
+  Sorting constants in the computation would have XLA fold the sorts while compiling (seconds,
+  with a warning, at 1e5 edges). Traced ids are sorted in the computation."""
+  ids = []
+  for raw, name in ((senders, "senders"), (receivers, "receivers")):
+    arr = integer_operand(raw, name)
+    if arr.shape != (num_edges,):
+      raise ValueError(f"{name} must have shape ({num_edges},) (one per edge); got {arr.shape}")
+    ids.append(arr)
+  if any(compat.is_traced(raw) or (isinstance(raw, jax.Array) and not raw.is_fully_addressable)
+         for raw in (senders, receivers)):
+    snd, rcv = int32_indices(ids[0], num_senders), int32_indices(ids[1], num_nodes)
+    return _graph(snd, rcv, num_senders, num_nodes)
+  snd, rcv = (int32_indices(np.asarray(raw), n)
+              for raw, n in ((senders, num_senders), (receivers, num_nodes)))
+  return (snd, rcv) + _numpy_order(rcv, num_nodes) + _numpy_order(snd, num_senders)
+
+
+def _numpy_order(ids, n):
+  """_graph's order and ranges of int32 `ids` into [0, n), in NumPy."""
+  counts = np.bincount(ids[(ids >= 0) & (ids < n)], minlength=n)
+  ranges = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+  return np.argsort(ids, kind="stable").astype(np.int32), ranges
 
 
 def _graph(snd, rcv, num_senders, num_nodes):

@@ -27,7 +27,7 @@ from jax.typing import ArrayLike
 from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
-from jaxext.equivariant.conv import _graph, bind_built, node_count
+from jaxext.equivariant.conv import bind_built, edge_graph, node_count
 from jaxext.equivariant.segment import segment_sum
 from jaxext.equivariant.spherical_harmonics import spherical_harmonics as _sh
 from jaxext.equivariant.tensor_product import OUT, _spec, tp_p
@@ -242,12 +242,7 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
                        f"output); got {w.shape}") from None
     dtype = jnp.result_type(dtype, w)
     w = w.astype(dtype) * jnp.asarray(scale, dtype)
-  snd, rcv = integer_operand(senders, "senders"), integer_operand(receivers, "receivers")
-  for ids, name in ((snd, "senders"), (rcv, "receivers")):
-    if ids.shape != (e,):
-      raise ValueError(f"{name} must have shape ({e},) (one per edge); got {ids.shape}")
-  snd, rcv = int32_indices(snd, xa.shape[0]), int32_indices(rcv, num_nodes)
-  graph = _graph(snd, rcv, xa.shape[0], num_nodes)
+  graph = edge_graph(senders, receivers, e, xa.shape[0], num_nodes)
   out = bind_built(xa.astype(dtype), y.astype(dtype), w.astype(dtype), kernel, graph,
                    (tx, ty, to, paths))
   return _e3nn.wrap(like, _simplify(to) if regroup_output else to, out.astype(want))

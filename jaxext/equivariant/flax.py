@@ -156,8 +156,8 @@ class MessagePassing(nn.Module):
     if not jnp.issubdtype(vec.dtype, jnp.floating):
       vec = vec.astype(node_features.dtype)
     num_edges = vec.shape[0]
-    senders, receivers = jnp.asarray(senders), jnp.asarray(receivers)
-    for ids, name in ((senders, "senders"), (receivers, "receivers")):
+    # (The ids go on as given: a graph of NumPy arrays is sorted once, by NumPy; see conv.)
+    for ids, name in ((jnp.asarray(senders), "senders"), (jnp.asarray(receivers), "receivers")):
       if ids.shape != (num_edges,) or not jnp.issubdtype(ids.dtype, jnp.integer):
         raise ValueError(f"{name} must be integers of shape ({num_edges},) (one per edge); got "
                          f"{ids.dtype} {ids.shape}")
@@ -200,8 +200,10 @@ class MessagePassing(nn.Module):
                                                output_activation=False, name="radial")(basis)
       weights = weights * inside[:, None].astype(weights.dtype)  # whatever the activation's f(0)
       sh = e3nn.spherical_harmonics(irreps_sh, sh_vec, normalize=True)
-      per_edge = e3nn.tensor_product(node_features[senders], sh, filter_ir_out=filter_ir_out)
-      messages = e3nn.scatter_sum(per_edge * weights, dst=receivers, output_size=num_nodes)
+      per_edge = e3nn.tensor_product(node_features[jnp.asarray(senders)], sh,
+                                     filter_ir_out=filter_ir_out)
+      messages = e3nn.scatter_sum(per_edge * weights, dst=jnp.asarray(receivers),
+                                  output_size=num_nodes)
     messages = messages / self.avg_num_neighbors
     if not self.linear:
       return messages
