@@ -1,18 +1,22 @@
 """jax-md 0.2.29's NequIP potential as shipped (e3nn-jax) against the same model routed through
-jaxext (jaxext.equivariant.jax_md.nequip()), same parameters: energy, and energy + forces.
+jaxext (jaxext.equivariant.jax_md.nequip()), same parameters: energy, energy + forces, and a
+training step.
 
     tools/bazel run //benchmarks:nequip -- [--atoms 3000] [--layers 5] [--rounds 3]
-        [--arms e3nn,jaxext] [--dtype float64]
+        [--arms e3nn,jaxext] [--dtype float64] [--jobs energy,energy+forces[,train]]
 
 The system: `--atoms` atoms on a jittered cubic lattice in a periodic box at 0.07 atoms per cubic
 angstrom (~34 neighbours within jax-md's default 5 A cutoff), two species; jax-md's default
 configuration (128x0e+64x1e+4x2e features, harmonics to l = 2) with `--layers` interaction layers.
 Each arm runs in its own process (so that peak memory is its own), the order alternating per round:
-it compiles both jobs, reports XLA's temporary buffer sizes and its checksums, then times each job
-(best of `--calls` calls after a warm-up, 2 by default), and its peak resident memory after the parameters'
+it compiles the jobs (energy, energy + forces, and with `--jobs ...,train` a training step: the
+parameter gradients of a loss matching energies and forces, second order in the positions),
+reports XLA's temporary buffer sizes and its checksums, then times each job (best of `--calls`
+calls after a warm-up, 2 by default), and its peak resident memory after the parameters'
 initialisation. The parent prints each arm's best and median over the rounds and the ratios
-e3nn / jaxext, and checks that energies agree (1e-10 relative) and forces (1e-10 of
-their largest). Timings: wall clock around a blocking call; the machine's load is printed.
+e3nn / jaxext, and checks that energies agree (1e-10 relative), forces (1e-10 of their largest)
+and the training step's loss and parameter gradients (1e-10 of each gradient's norm; float32:
+1e-4). Timings: wall clock around a blocking call; the machine's load is printed.
 At 3000 atoms e3nn-jax's energy + forces needs ~19 GB of memory.
 """
 
@@ -26,6 +30,7 @@ import sys
 import time
 
 ARMS = ("e3nn", "jaxext")
+JOBS = "energy,energy+forces"
 
 
 def _reset_peak_rss():
@@ -84,6 +89,7 @@ def child(args):
   import jax
   if args.dtype == "float64":
     jax.config.update("jax_enable_x64", True)
+  import jax.numpy as jnp
   import numpy as np
 
   from jaxext.equivariant import jax_md as jaxext_jax_md
@@ -93,8 +99,18 @@ def child(args):
   # ~14 GB at 3000 atoms) is the same for both arms and not the model's.
   reset = _reset_peak_rss()
 
-  jobs = {"energy": lambda p, r, nb: energy_fn(p, r, nb),
-          "energy+forces": jax.value_and_grad(lambda p, r, nb: energy_fn(p, r, nb), argnums=1)}
+  def train(p, r, nb):
+    """A training step's loss and parameter gradients, energies and forces matched (second
+    order in the positions): against zero targets, which costs what any targets cost."""
+    def loss(p):
+      e, g = jax.value_and_grad(energy_fn, argnums=1)(p, r, nb)
+      return e ** 2 / len(r) + jnp.sum(g ** 2) / g.size
+    return jax.value_and_grad(loss)(p)
+
+  every = {"energy": lambda p, r, nb: energy_fn(p, r, nb),
+           "energy+forces": jax.value_and_grad(lambda p, r, nb: energy_fn(p, r, nb), argnums=1),
+           "train": train}
+  jobs = {name: every[name] for name in args.jobs.split(",")}
   route = jaxext_jax_md.nequip() if args.child == "jaxext" else contextlib.nullcontext()
   out = dict(arm=args.child, edges=edges, times={}, temp_gib={}, compile_s={})
   with route:
@@ -113,6 +129,12 @@ def child(args):
       if name == "energy+forces":
         out["energy"] = float(res[0])
         out["forces"] = np.asarray(res[1], np.float64).tolist()
+      if name == "train":  # the loss, and each parameter's gradient by two projections
+        leaves = [np.asarray(g, np.float64).ravel() for g in jax.tree.leaves(res[1])]
+        probe = np.random.default_rng(1)
+        out["loss"] = float(res[0])
+        out["grads"] = [[float(np.linalg.norm(g)), float(probe.normal(size=g.size) @ g)]
+                        for g in leaves]
   out["peak_rss_gib"] = _peak_rss_gib(reset)
   stats = pos.devices().pop().memory_stats() or {}  # GPUs: the allocator's peak (from the start)
   if "peak_bytes_in_use" in stats:
@@ -120,11 +142,11 @@ def child(args):
   print("RESULT " + json.dumps(out))
 
 
-def run_arm(arm, atoms, layers, dtype, calls, env=None):
+def run_arm(arm, atoms, layers, dtype, calls, env=None, jobs=JOBS):
   """One arm in a process of its own (child): (its RESULT dict, None), or (None, the end of its
   output) where it failed."""
   cmd = [sys.executable, os.path.abspath(__file__), "--child", arm, "--atoms", str(atoms),
-         "--layers", str(layers), "--dtype", dtype, "--calls", str(calls)]
+         "--layers", str(layers), "--dtype", dtype, "--calls", str(calls), "--jobs", jobs]
   run = subprocess.run(cmd, capture_output=True, text=True, env=env)
   line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
   if run.returncode or not line:
@@ -140,8 +162,15 @@ def main():
   p.add_argument("--arms", default=",".join(ARMS))
   p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
   p.add_argument("--calls", type=int, default=2, help="timed calls per job (best of them)")
+  p.add_argument("--jobs", default=JOBS,
+                 help="comma-separated, of energy, energy+forces (which every run needs: the "
+                      "arms' agreement) and train (a training step's gradients, energies and "
+                      "forces matched; e3nn-jax needs ~15 GB at 1000 atoms)")
   p.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
   args = p.parse_args()
+  jobs = args.jobs.split(",")
+  if "energy+forces" not in jobs or not set(jobs) <= {"energy", "energy+forces", "train"}:
+    p.error(f"--jobs: energy+forces and any of energy, train; got {args.jobs!r}")
   if args.child:
     return child(args)
   import numpy as np
@@ -151,7 +180,8 @@ def main():
   results = {arm: [] for arm in arms}
   for r in range(args.rounds):
     for arm in (arms if r % 2 == 0 else arms[::-1]):
-      res, failure = run_arm(arm, args.atoms, args.layers, args.dtype, args.calls)
+      res, failure = run_arm(arm, args.atoms, args.layers, args.dtype, args.calls,
+                             jobs=args.jobs)
       if res is None:
         sys.exit(f"{arm} failed:\n{failure}")
       results[arm].append(res)
@@ -180,7 +210,14 @@ def main():
     df = float(np.max(np.abs(fa - fb)) / np.max(np.abs(fa)))
     tol = 1e-10 if args.dtype == "float64" else 1e-4
     print(f"agreement: energy {de:.1e} relative, forces {df:.1e} of the largest")
-    if de > tol or df > tol:
+    bad = de > tol or df > tol
+    if "grads" in ra:
+      dl = abs(ra["loss"] - rb["loss"]) / abs(ra["loss"])
+      dg = max(float(np.max(np.abs(np.subtract(ga, gb)))) / max(ga[0], 1e-300)
+               for ga, gb in zip(ra["grads"], rb["grads"]))
+      print(f"training: loss {dl:.1e} relative, parameter gradients {dg:.1e} of their norms")
+      bad |= dl > tol or dg > tol
+    if bad:
       sys.exit("the arms disagree")
 
 
