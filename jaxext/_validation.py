@@ -60,16 +60,17 @@ def rows_operand(x: Any, name: str) -> jax.Array:
   return x
 
 
-def int32_indices(ids, bound: int):
-  """Integer indices into [0, bound) as the int32 the kernels take. A cast alone would wrap
-  int64 or uint32 values beyond the int32 range onto valid rows (2**32 + 1 -> 1); instead they
-  are clamped to -1 or `bound`, outside the range like the values themselves (order kept, so
-  sorted ids stay sorted). bound < 2**31. NumPy ids give NumPy int32, jax ids jax int32."""
+def int32_indices(ids):
+  """Integer indices as the int32 the kernels take. A cast alone would wrap int64 or uint32
+  values beyond the int32 range onto valid rows (2**32 + 1 -> 1); instead they are clamped to
+  int32's own range, where they stay outside every index range (a bound is at most 2**31 - 1),
+  in order (sorted ids stay sorted); every other value is kept, so that an error quotes it. NumPy
+  ids give NumPy int32, jax ids jax int32."""
   xp = np if isinstance(ids, np.ndarray) else jnp
   info = np.iinfo(ids.dtype)
   if info.min >= -(2**31) and info.max < 2**31:
     return ids.astype(np.int32)
-  return xp.clip(ids, max(info.min, -1), min(info.max, bound)).astype(np.int32)
+  return xp.clip(ids, max(info.min, -(2**31)), min(info.max, 2**31 - 1)).astype(np.int32)
 
 
 def integer_operand(x: Any, name: str) -> jax.Array:

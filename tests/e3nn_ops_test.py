@@ -213,3 +213,48 @@ def test_errors_name_the_argument():
 
 if __name__ == "__main__":
   sys.exit(pytest.main([os.path.abspath(__file__), "-q"]))
+
+
+def test_callers_irreps_arrays_keep_no_values_of_our_traces():
+  """e3nn-jax computes an IrrepsArray's `chunks` on first reading and keeps them on the object:
+  our ops never read them, so an IrrepsArray closed over by a jitted function (or made in a jit
+  and used in a scan) is as usable afterwards as with e3nn-jax's own functions (an
+  UnexpectedTracerError before)."""
+  import jaxext.equivariant as eq
+  uses = {
+      "scatter_sum": lambda a: e3nn_ops.scatter_sum(a, dst=jnp.array([0, 1, 1, 0]),
+                                                    output_size=2).array,
+      "tensor_product": lambda a: e3nn_ops.tensor_product(a, a).array,
+      "tensor_product_conv": lambda a: e3nn_ops.tensor_product_conv(
+          a, a, jnp.array([0, 1, 2, 3]), jnp.array([1, 2, 3, 0]), 4).array,
+      "gather": lambda a: eq.gather(a, jnp.array([0, 1])).array,
+      "segment_sum": lambda a: eq.segment_sum(a, jnp.array([0, 1, 1, 0]), 2).array,
+  }
+  for name, use in uses.items():
+    a = e3nn.IrrepsArray("0e+1o", jnp.ones((4, 4)))
+    jax.jit(lambda s: use(a) * s)(2.0)
+    np.testing.assert_allclose(e3nn.tensor_product(a, a).array, e3nn.tensor_product(
+        e3nn.IrrepsArray("0e+1o", jnp.ones((4, 4))), e3nn.IrrepsArray("0e+1o", jnp.ones((4, 4))))
+        .array, err_msg=name)
+  v = e3nn.IrrepsArray("1o", jnp.ones((4, 3)))
+  jax.jit(lambda s: e3nn_ops.spherical_harmonics(2, v, True).array * s)(2.0)
+  np.testing.assert_array_equal(v.chunks[0], jnp.ones((4, 1, 3)))
+
+  snd, rcv = jnp.array([0, 1, 2, 2]), jnp.array([1, 2, 0, 1])
+  vec = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)))
+
+  def model(harmonics, conv):
+    @jax.jit
+    def run(x, vec):  # harmonics made once, used by every layer of a scan and after it
+      sh = harmonics([0, 1], e3nn.IrrepsArray("1o", vec), True)
+      layer = lambda h, _: (conv(e3nn.IrrepsArray("2x0e", h), sh).filter("0e").array[:, :2],
+                            None)
+      h, _ = jax.lax.scan(layer, x, None, length=2)
+      return h.sum() + sh.filter("1o").array.sum() + e3nn.norm(sh).array.sum()
+    return run(jnp.ones((3, 2)), vec)
+
+  ref = model(e3nn.spherical_harmonics, lambda h, sh: e3nn.scatter_sum(
+      e3nn.tensor_product(h[snd], sh), dst=rcv, output_size=3))
+  ours = model(e3nn_ops.spherical_harmonics,
+               lambda h, sh: e3nn_ops.tensor_product_conv(h, sh, snd, rcv, 3))
+  np.testing.assert_allclose(ours, ref, rtol=1e-13)

@@ -927,10 +927,14 @@ def test_conv_graph_of_data_is_sorted_by_numpy_equal_to_the_traced_one():
   g = jax.grad(lambda x: jnp.sum(closed(x) ** 2))(x)
   np.testing.assert_array_equal(
       np.asarray(g), np.asarray(jax.grad(lambda x: jnp.sum(as_args(x, snd, rcv) ** 2))(x)))
-  with pytest.raises(Exception, match="outside the"):
-    bad = np.array(rcv)
-    bad[3] = 10
-    jax.block_until_ready(jax.jit(lambda x: eq.conv(x, y, w, snd, bad, 10, *CONV_IRREPS))(x))
+  bad = np.array(rcv, np.int64)
+  bad[3] = 12  # quoted as it is (int64 ids were clamped to the node count before)
+  for ids in (bad, jnp.asarray(bad)):
+    with pytest.raises(Exception, match="receiver 12 outside the"):
+      jax.block_until_ready(jax.jit(lambda x, r: eq.conv(x, y, w, snd, r, 10, *CONV_IRREPS))(
+          x, ids))
+    with pytest.raises(Exception, match="receiver 12 outside the"):
+      jax.block_until_ready(jax.jit(lambda x: eq.conv(x, y, w, snd, ids, 10, *CONV_IRREPS))(x))
 
 
 def test_conv_binds_its_own_primitive_and_conv_p_stays_checked():

@@ -26,11 +26,16 @@ IrrepsLike: TypeAlias = str | Sequence[tuple[int, int, int]] | Irreps
 
 def is_irreps_array(x) -> bool:
   """e3nn-jax's IrrepsArray, duck-typed: `.irreps`, `.array` and `.chunks` (the per-irrep views
-  only e3nn's mul_ir layout has; cuequivariance's RepArray, in its own layouts, is not one)."""
+  only e3nn's mul_ir layout has; cuequivariance's RepArray, in its own layouts, is not one).
+
+  `chunks` is looked up on the class, never read: e3nn-jax computes it on first reading and
+  keeps it on the object, and an object first read inside a jit or scan of ours would keep that
+  trace's values, which the caller's next use outside it would find (UnexpectedTracerError)."""
   if isinstance(x, type):
     return False
   try:
-    return hasattr(x, "irreps") and hasattr(x, "array") and hasattr(x, "chunks")
+    return (hasattr(type(x), "chunks") or "chunks" in getattr(x, "__dict__", {})) and (
+        hasattr(x, "irreps") and hasattr(x, "array"))
   except Exception:  # noqa: BLE001 - a property that raises: not an IrrepsArray
     return False
 

@@ -165,10 +165,9 @@ def edge_graph(senders, receivers, num_edges: int, num_senders: int, num_nodes: 
     ids.append(arr)
   if any(compat.is_traced(raw) or (isinstance(raw, jax.Array) and not raw.is_fully_addressable)
          for raw in (senders, receivers)):
-    snd, rcv = int32_indices(ids[0], num_senders), int32_indices(ids[1], num_nodes)
+    snd, rcv = int32_indices(ids[0]), int32_indices(ids[1])
     return _graph(snd, rcv, num_senders, num_nodes)
-  snd, rcv = (int32_indices(np.asarray(raw), n)
-              for raw, n in ((senders, num_senders), (receivers, num_nodes)))
+  snd, rcv = (int32_indices(np.asarray(raw)) for raw in (senders, receivers))
   return (snd, rcv) + _numpy_order(rcv, num_nodes) + _numpy_order(snd, num_senders)
 
 

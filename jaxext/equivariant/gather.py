@@ -53,7 +53,7 @@ def gather(x, indices):
   x, terms = _e3nn.unwrap(x, "x")
   x = rows_operand(x, "x")
   idx = integer_operand(indices, "indices")
-  flat = gather_p.bind(x, int32_indices(idx.reshape(-1), x.shape[0]))
+  flat = gather_p.bind(x, int32_indices(idx.reshape(-1)))
   return _e3nn.wrap(like, terms, flat.reshape(idx.shape + x.shape[1:]))
 
 

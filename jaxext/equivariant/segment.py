@@ -65,7 +65,7 @@ def segment_sum(data, segment_ids, num_segments, indices_are_sorted=False):
     raise TypeError("num_segments must be a static int") from None
   if num_segments < 0:
     raise ValueError(f"num_segments must be >= 0; got {num_segments}")
-  ids = int32_indices(ids, num_segments)
+  ids = int32_indices(ids)
   return _e3nn.wrap(like, terms, segment_sum_p.bind(data, ids, num_segments=num_segments,
                                                     sorted=bool(indices_are_sorted)))
 
