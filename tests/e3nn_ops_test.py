@@ -113,13 +113,24 @@ def test_derivatives_equal_e3nn_and_to_third_order():
               atol=1e-6, rtol=1e-6)
 
 
+@pytest.fixture(params=["component", "norm", "none"])
+def irrep_normalization(request):
+  """e3nn_jax.config's irrep normalisation for the test's duration (e3nn-jax's own calls and
+  ours read it)."""
+  saved = e3nn.config("irrep_normalization")
+  e3nn.config("irrep_normalization", request.param)
+  yield request.param
+  e3nn.config("irrep_normalization", saved)
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("ix, regroup", [("3x0e+3x1o+2x2e", True), ("2x1o+3x0e+2x1o", True),
                                          ("2x1o+3x0e+2x1o", False)])
-def test_tensor_product_conv_equals_e3nn_scatter(weighted, ix, regroup):
+def test_tensor_product_conv_equals_e3nn_scatter(weighted, ix, regroup, irrep_normalization):
   """Fused: scatter_sum(tensor_product(x[senders], sh) * weights, dst=receivers), as e3nn-jax
   computes it, jitted, and its gradients in x, the harmonics and the weights; unsorted x with
-  repeated irreps, regrouped or not."""
+  repeated irreps, regrouped or not; under each irrep normalisation (under "none" e3nn-jax's
+  `* weights` scales each copy of degree l by 1 / sqrt(2 l + 1))."""
   nodes, edges = 9, 50
   rng = np.random.default_rng(5)
   x = _array(ix, nodes, 6)

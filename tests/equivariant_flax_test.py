@@ -51,8 +51,17 @@ def _layers(irreps_out, sh_lmax, linear, **kw):
   return MessagePassing(**args), MessagePassing(backend="e3nn", **args)
 
 
+@pytest.fixture(params=["component", "norm", "none"])
+def irrep_normalization(request):
+  """e3nn_jax.config's irrep normalisation for the test (both backends read it)."""
+  saved = e3nn.config("irrep_normalization")
+  e3nn.config("irrep_normalization", request.param)
+  yield request.param
+  e3nn.config("irrep_normalization", saved)
+
+
 @pytest.mark.parametrize("irreps_x,irreps_out,sh_lmax,linear", CASES)
-def test_equal_to_e3nn_float64(irreps_x, irreps_out, sh_lmax, linear):
+def test_equal_to_e3nn_float64(irreps_x, irreps_out, sh_lmax, linear, irrep_normalization):
   pos, snd, rcv = _graph(40, 400, 1)
   vec = pos[rcv] - pos[snd]
   x = _features(irreps_x, 40, 2)

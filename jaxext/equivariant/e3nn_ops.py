@@ -106,6 +106,14 @@ def _filter(filter_ir_out):
   return keep
 
 
+def _irrep_normalization(given):
+  """The irrep normalisation in force: `given`, else e3nn_jax.config's; checked."""
+  norm = given if given is not None else _e3nn.config("irrep_normalization", "component")
+  if norm not in ("component", "norm", "none"):
+    raise ValueError(f"irrep_normalization must be 'component', 'norm' or 'none'; got {norm!r}")
+  return norm
+
+
 def _plan(tx, ty, filter_ir_out, irrep_normalization):
   """The separated product's output terms (sorted as e3nn sorts them: one term per path), the
   explicit paths into them, and the per-weight factor giving e3nn's normalisation."""
@@ -114,10 +122,7 @@ def _plan(tx, ty, filter_ir_out, irrep_normalization):
                      f"regrouping, when regroup_output, it is {_irreps.to_string(ty)!r}); for "
                      "anything else use e3nn_jax.tensor_product")
   keep = _filter(filter_ir_out)
-  norm = irrep_normalization if irrep_normalization is not None else _e3nn.config(
-      "irrep_normalization", "component")
-  if norm not in ("component", "norm", "none"):
-    raise ValueError(f"irrep_normalization must be 'component', 'norm' or 'none'; got {norm!r}")
+  norm = _irrep_normalization(irrep_normalization)
   raw = []  # (x term, y term, output irrep) in e3nn's loop order
   for i1, (m1, l1, p1) in enumerate(tx):
     for i2, (m2, l2, p2) in enumerate(ty):
@@ -198,9 +203,10 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
     senders, receivers: (E,) integer node ids (out of range: as jaxext.equivariant.conv).
     num_nodes: static number of output nodes.
     weights: None, or broadcastable to (E, num_irreps of the product's output): one scalar per
-      output irrep copy and edge, in the output's order (what `IrrepsArray * weights` multiplies
-      in e3nn-jax under its default "component" irrep normalisation; under "none" e3nn-jax's
-      multiplication rescales l > 0 copies too, which this does not).
+      output irrep copy and edge, in the output's order: what `IrrepsArray * weights`
+      multiplies in e3nn-jax, under each irrep normalisation (under "none", e3nn-jax's
+      multiplication by a weight per copy scales a copy of degree l by 1 / sqrt(2 l + 1) too,
+      and so does this).
     filter_ir_out, irrep_normalization, regroup_output: as tensor_product.
     weights_kernel: None, or (k, num_irreps of the product's output): the weights are then
       `weights @ weights_kernel`, weights being (E, k), a radial network's last hidden layer (its
@@ -215,6 +221,13 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
   e = y.shape[0]
   dtype = jnp.result_type(xa, y)
   want = _result_dtype(x, sh)
+  per_irrep = weights_kernel is not None or (
+      weights is not None and np.ndim(weights) > 0 and np.shape(weights)[-1] == scale.size)
+  if per_irrep and _irrep_normalization(irrep_normalization) == "none":
+    # e3nn-jax's IrrepsArray * weights with a weight per irrep copy: an element-wise tensor
+    # product with scalars, unnormalised (one weight per edge multiplies plainly)
+    scale = scale / np.sqrt(np.concatenate(
+        [[2 * to[io][1] + 1] * tx[i1][0] for i1, _, io in paths] or [np.zeros(0)]))
   kernel = None
   if weights_kernel is not None:
     if weights is None:
