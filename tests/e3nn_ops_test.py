@@ -186,6 +186,64 @@ def test_tensor_product_conv_equals_e3nn_scatter(weighted, ix, regroup, irrep_no
       np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-10)
 
 
+SCATTER_CASES = [
+    dict(dst=np.array([0, -1, 1, 5, -6, 2, 2, 0, -3, 4, 7, -9]), output_size=6),  # wrap, drop
+    dict(dst=np.arange(12) % 4, output_size=4),
+    dict(dst=np.array([-8, 9, 0, 1, 4, 4, -1, 3, 2, 6, -5, 0]), output_size=5, mode="clip"),
+    dict(dst=np.array([-8, 9, 0, 1, 4, 4, -1, 3, 2, 6, -5, 0]), output_size=5, mode="drop"),
+    dict(nel=np.array([3, 0, 4, 5])),
+    dict(nel=np.array([3, 0, 4, 2])),  # fewer than the rows
+    dict(nel=np.array([3, 0, 4, 5]), map_back=True),
+    dict(dst=np.array([70, 7, 7, 140, 0, 70, 203, 0, 7, 14, 14, 70]), map_back=True),
+    dict(dst=np.zeros(12, np.int64), output_size=0),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SCATTER_CASES)))
+def test_scatter_sum_is_e3nns(case):
+  """e3nn_ops.scatter_sum: e3nn.scatter_sum's arguments and results (dst with negative ids
+  counting from the end and the rest dropped or clipped by mode, nel, map_back), jitted, with
+  gradients."""
+  kw = SCATTER_CASES[case]
+  d = _array("2x0e+1o", 12, 40)
+  want = e3nn.scatter_sum(d, **kw)
+  for got in (e3nn_ops.scatter_sum(d, **kw), jax.jit(lambda a: e3nn_ops.scatter_sum(a, **kw))(d)):
+    assert got.irreps == want.irreps and got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got.array), np.asarray(want.array))
+  loss = lambda f, **kw: lambda a: jnp.sum(f(e3nn.IrrepsArray(d.irreps, a), **kw).array ** 2)
+  g = jax.grad(loss(e3nn_ops.scatter_sum, **kw))(d.array)
+  if kw.get("output_size") == 0:  # (e3nn-jax's own gradient fails to trace there)
+    np.testing.assert_array_equal(g, 0)
+    return
+  # A dropped row's gradient is 0: e3nn-jax's default mode ("promise_in_bounds") clamps it in
+  # the gradient's gather instead (its forward pass drops the row); its "drop" mode does not.
+  ref_kw = kw if kw.get("mode") == "clip" else dict(kw, mode="drop")
+  np.testing.assert_allclose(g, jax.grad(loss(e3nn.scatter_sum, **ref_kw))(d.array), rtol=1e-14)
+
+
+def test_scatter_sum_dst_axes_dtypes_and_errors():
+  rng = np.random.default_rng(41)
+  data, dst = rng.normal(size=(3, 4, 5)), rng.integers(0, 3, (3, 4))  # dst over two axes
+  np.testing.assert_array_equal(e3nn_ops.scatter_sum(data, dst=dst, output_size=3),
+                                e3nn.scatter_sum(data, dst=dst, output_size=3))
+  for dtype in (jnp.bfloat16, jnp.float16, jnp.float32):
+    x = jnp.asarray(data[0, :, 0], dtype)
+    assert e3nn_ops.scatter_sum(x, dst=np.arange(4) % 2, output_size=2).dtype == dtype
+  d = _array("0e", 4, 42)
+  for kw, err, match in (
+      (dict(), ValueError, "exactly one of dst and nel"),
+      (dict(dst=[0, 1, 0, 1], nel=[2, 2]), ValueError, "exactly one of dst and nel"),
+      (dict(dst=[0, 1, 0]), ValueError, "dst must have shape"),
+      (dict(dst=[0, 1, 0, 1]), ValueError, "output_size must be given"),
+      (dict(dst=[0, 1, 0, 1], output_size=2.5), TypeError, "output_size must be a static int"),
+      (dict(nel=[2, 2], output_size=2), ValueError, "output_size must not be given with nel"),
+      (dict(dst=[0, 1, 0, 1], output_size=2, map_back=True), ValueError, "with map_back"),
+      (dict(dst=[0, 1, 0, 1], output_size=2, mode="wrap"), ValueError, "mode must be"),
+      (dict(dst=[0.0, 1, 0, 1], output_size=2), TypeError, "dst must be integers")):
+    with pytest.raises(err, match=match):
+      e3nn_ops.scatter_sum(d, **kw)
+
+
 def test_spherical_harmonics_signature_is_e3nns():
   v = e3nn.IrrepsArray("1o", np.random.default_rng(8).normal(size=(5, 3)))
   for args in ((2, v, True), ([0, 1, 3], v, False), ("0e+1o+2e", v, True, "norm")):

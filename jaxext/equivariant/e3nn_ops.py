@@ -16,6 +16,7 @@ else call e3nn-jax itself. e3nn_jax is imported only when these functions run.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
 from jaxext.equivariant.conv import bind_built, edge_graph, node_count
+from jaxext.equivariant.gather import gather
 from jaxext.equivariant.segment import segment_sum
 from jaxext.equivariant.spherical_harmonics import spherical_harmonics as _sh
 from jaxext.equivariant.tensor_product import OUT, _spec, tp_p
@@ -41,11 +43,70 @@ def spherical_harmonics(irreps_out: IrrepsLike | int | Sequence[int], input: Irr
   return _sh(irreps_out, input, normalize=normalize, normalization=normalization)
 
 
-def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike,
-                output_size: int) -> IrrepsArray | jax.Array:
-  """`e3nn.scatter_sum(data, dst=dst, output_size=output_size)`, deterministic (jaxext's
-  ordered segment sum; ids outside [0, output_size) dropped)."""
-  return segment_sum(data, dst, output_size)
+_SCATTER_MODES = (None, "promise_in_bounds", "drop", "fill", "clip")
+
+
+def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike | None = None,
+                nel: ArrayLike | None = None, output_size: int | None = None,
+                map_back: bool = False, mode: str | None = "promise_in_bounds"
+                ) -> IrrepsArray | jax.Array:
+  """`e3nn.scatter_sum(data, dst=..., nel=..., output_size=..., map_back=..., mode=...)`, summed
+  deterministically by jaxext's ordered segment sum (the same bits on every run).
+
+  The arguments and results are e3nn-jax's: `output[dst[i]] += data[i]` with dst of shape
+  data.shape[:dst.ndim], or `output[i] = sum(data[sum(nel[:i]):sum(nel[:i + 1])])`; map_back
+  gives each input position its sum. Ids are read as e3nn-jax's `.at[dst].add` reads them: a
+  negative id counts from the end, one outside [-output_size, output_size) is dropped (mode
+  "clip": moved to the nearest end). The dtype stays the data's (bfloat16 and float16 are summed
+  in float32)."""
+  if (dst is None) == (nel is None):
+    raise ValueError("scatter_sum needs exactly one of dst and nel")
+  if mode not in _SCATTER_MODES:
+    raise ValueError(f"mode must be one of {_SCATTER_MODES[1:]}; got {mode!r}")
+  like = _e3nn.first_irreps_array(data)
+  array, terms = _e3nn.unwrap(data, "data")
+  array = float_operand(array, "data")
+  want = _result_dtype(data)
+  if nel is not None:
+    if output_size is not None:
+      raise ValueError("output_size must not be given with nel (its length is the output's)")
+    nel = integer_operand(nel, "nel")
+    if nel.ndim != 1 or array.ndim < 1:
+      raise ValueError(f"nel must be 1-D and data have rows; got nel {nel.shape}, data "
+                       f"{array.shape}")
+    size: int | None = nel.shape[0]
+    ids = jnp.repeat(jnp.arange(size, dtype=nel.dtype), nel, total_repeat_length=array.shape[0])
+  else:
+    ids = integer_operand(dst, "dst")
+    if ids.shape != array.shape[:ids.ndim] or ids.ndim == 0:
+      raise ValueError(f"dst must have shape data.shape[:dst.ndim] (at least one axis); got dst "
+                       f"{ids.shape}, data {array.shape}")
+    size = output_size
+  if map_back:
+    if output_size is not None:
+      raise ValueError("output_size must not be given with map_back")
+    # e3nn-jax's: each id replaced by its rank among the distinct ids, one output per input
+    flat = ids.reshape(-1)
+    size = flat.shape[0]
+    if size:
+      distinct = jnp.unique(flat, size=size, fill_value=jnp.max(flat))
+      ids = jnp.searchsorted(distinct, flat).astype(flat.dtype).reshape(ids.shape)
+  elif size is None:
+    raise ValueError("output_size must be given (unless nel is, or map_back)")
+  try:
+    size = operator.index(size)
+  except TypeError:
+    raise TypeError(f"output_size must be a static int; got {size!r}") from None
+  if size < 0:
+    raise ValueError(f"output_size must be >= 0; got {size}")
+  ids = jnp.where(ids < 0, ids + size, ids)
+  if mode == "clip":
+    ids = jnp.clip(ids, 0, max(size - 1, 0))
+  rows = array.reshape((-1,) + array.shape[ids.ndim:])
+  out = segment_sum(rows, ids.reshape(-1), size)
+  if map_back:
+    out = gather(out, ids.reshape(-1)).reshape(ids.shape + out.shape[1:])
+  return _e3nn.wrap(like, terms, out.astype(want))
 
 
 def _order(terms):
@@ -227,7 +288,7 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
     # e3nn-jax's IrrepsArray * weights with a weight per irrep copy: an element-wise tensor
     # product with scalars, unnormalised (one weight per edge multiplies plainly)
     scale = scale / np.sqrt(np.concatenate(
-        [[2 * to[io][1] + 1] * tx[i1][0] for i1, _, io in paths] or [np.zeros(0)]))
+        [np.full(tx[i1][0], 2 * to[io][1] + 1.0) for i1, _, io in paths] or [np.zeros(0)]))
   kernel = None
   if weights_kernel is not None:
     if weights is None:
