@@ -245,11 +245,43 @@ def test_scatter_sum_dst_axes_dtypes_and_errors():
 
 
 def test_spherical_harmonics_signature_is_e3nns():
+  """The degrees as e3nn-jax reads them (ints, irreps strings, Irreps, lists of strings, Irrep
+  and MulIrrep objects, (mul, irrep) pairs), `algorithm` accepted, the vectors' dtype kept."""
   v = e3nn.IrrepsArray("1o", np.random.default_rng(8).normal(size=(5, 3)))
-  for args in ((2, v, True), ([0, 1, 3], v, False), ("0e+1o+2e", v, True, "norm")):
+  for args in ((2, v, True), ([0, 1, 3], v, False), ("0e+1o+2e", v, True, "norm"),
+               (["0e", "1o", "2e"], v, True), ([e3nn.Irrep("0e"), e3nn.Irrep("3o")], v, True),
+               (e3nn.Irreps("2x1o")[0], v, True), ([(1, (0, 1)), (2, "1o")], v, False),
+               (e3nn.Irreps("0e+1o"), v, True, "integral")):
     got, want = e3nn_ops.spherical_harmonics(*args), e3nn.spherical_harmonics(*args)
     assert got.irreps == want.irreps
     np.testing.assert_allclose(np.asarray(got.array), np.asarray(want.array), atol=1e-12)
+  got = e3nn_ops.spherical_harmonics(2, v, True, algorithm=("recursive", "dense", "custom_vjp"))
+  np.testing.assert_allclose(got.array, e3nn.spherical_harmonics(2, v, True).array, atol=1e-12)
+  for dtype in (jnp.bfloat16, jnp.float16, jnp.float32):
+    low = e3nn.IrrepsArray("1o", v.array.astype(dtype))
+    got, want = e3nn_ops.spherical_harmonics(3, low, True), e3nn.spherical_harmonics(3, low, True)
+    assert got.dtype == want.dtype == dtype
+    # computed in float32 (a few of its units in the last place), rounded once to the dtype:
+    # that close to the float64 values of the same (rounded) vectors, and no further from them
+    # than e3nn-jax's own
+    exact = np.asarray(e3nn.spherical_harmonics(
+        3, e3nn.IrrepsArray("1o", low.array.astype(np.float64)), True).array)
+    ours, theirs = (np.abs(np.asarray(a.array, np.float64) - exact) for a in (got, want))
+    ulp = float(jnp.finfo(dtype).eps) + 8 * float(jnp.finfo(jnp.float32).eps)
+    assert np.all(ours <= ulp * np.maximum(np.abs(exact), 1)), ours.max()  # (values are O(1))
+    assert ours.max() <= theirs.max() + 1e-7, (ours.max(), theirs.max())
+
+
+def test_tensor_product_of_irreps_is_e3nns():
+  """Two Irreps in, their product's Irreps out (any multiplicities), as e3nn-jax's."""
+  for a, b, f in (("2x0e+1o", "0e+1o", "0e+1o"), ("1o+2x0e+1o", "2x0e+1o+2e", None),
+                  ("3x1e", "2x1o", ["0e", "1o", "2o"]), ("2x1o+3x0e", "0e+1o", "")):
+    for regroup in (True, False):
+      got = e3nn_ops.tensor_product(e3nn.Irreps(a), e3nn.Irreps(b), filter_ir_out=f,
+                                    regroup_output=regroup)
+      want = e3nn.tensor_product(e3nn.Irreps(a), e3nn.Irreps(b), filter_ir_out=f,
+                                 regroup_output=regroup)
+      assert isinstance(got, e3nn.Irreps) and got == want, (a, b, f, regroup, got, want)
 
 
 def test_errors_name_the_argument():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 _TERM = re.compile(r"^\s*(?:(\d+)\s*x\s*)?(\d+)\s*([eoy])\s*$")
 
 
@@ -29,14 +31,53 @@ def parse(irreps, what: str = "irreps") -> tuple[tuple[int, int, int], ...]:
   items = _e3nn_items(irreps)
   if items is not None:  # e3nn_jax.Irreps (duck-typed): (mul, ir) items, ir.l and ir.p
     irreps = tuple((t.mul, t.ir.l, t.ir.p) for t in items)
-  if isinstance(irreps, (tuple, list)) and all(
-      isinstance(t, (tuple, list)) and len(t) == 3 for t in irreps):
-    triples = tuple((int(a), int(b), int(c)) for a, b, c in irreps)
-    if any(mul < 0 or l < 0 or p not in (-1, 1) for mul, l, p in triples):
+  one = _one_term(irreps)
+  if one is not None:  # an e3nn_jax.MulIrrep or Irrep
+    irreps = (one,)
+  if isinstance(irreps, (tuple, list)):
+    # As e3nn_jax.Irreps reads a list: irreps strings, Irrep and MulIrrep objects, (mul, ir)
+    # pairs (ir a string, an Irrep or an (l, parity) pair), or (mul, l, parity) triples.
+    terms = []
+    for t in irreps:
+      one = _one_term(t)
+      if isinstance(t, str):
+        terms.extend(parse(t, what))
+      elif one is not None:
+        terms.append(one)
+      elif isinstance(t, (tuple, list)) and len(t) == 3 and all(_is_int(v) for v in t):
+        terms.append((int(t[0]), int(t[1]), int(t[2])))
+      elif isinstance(t, (tuple, list)) and len(t) == 2 and _is_int(t[0]):
+        ir = t[1]
+        inner = (parse(ir, what) if isinstance(ir, str) else
+                 [_one_term(ir) or ((1, int(ir[0]), int(ir[1])) if isinstance(ir, (tuple, list))
+                                    and len(ir) == 2 and all(_is_int(v) for v in ir) else None)])
+        if len(inner) != 1 or inner[0] is None or inner[0][0] != 1:
+          raise ValueError(f"{what}: cannot read {t!r} as (multiplicity, irrep) in {irreps!r}")
+        terms.append((int(t[0]),) + tuple(inner[0][1:]))
+      else:
+        raise TypeError(f"{what}: cannot read {t!r} in {irreps!r} (expected irreps strings, "
+                        "Irrep or MulIrrep objects, (multiplicity, irrep) pairs or (multiplicity, "
+                        "l, parity) triples)")
+    if any(mul < 0 or l < 0 or p not in (-1, 1) for mul, l, p in terms):
       raise ValueError(f"{what}: (multiplicity >= 0, l >= 0, parity +-1) per term; got {irreps!r}")
-    return triples
+    return tuple(terms)
   raise TypeError(f"{what} must be an irreps string such as '64x0e+64x1o' or an e3nn_jax.Irreps; "
                   f"got {irreps!r}")
+
+
+def _is_int(v) -> bool:
+  return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _one_term(t):
+  """(mul, l, parity) of an e3nn_jax.MulIrrep or Irrep (duck-typed), else None."""
+  if isinstance(t, (str, bytes, tuple, list)):
+    return None
+  if hasattr(t, "mul") and hasattr(t, "ir") and hasattr(t.ir, "l") and hasattr(t.ir, "p"):
+    return (int(t.mul), int(t.ir.l), int(t.ir.p))
+  if hasattr(t, "l") and hasattr(t, "p"):
+    return (1, int(t.l), int(t.p))
+  return None
 
 
 def _e3nn_items(obj):

@@ -38,8 +38,11 @@ __all__ = ["scatter_sum", "spherical_harmonics", "tensor_product", "tensor_produ
 
 
 def spherical_harmonics(irreps_out: IrrepsLike | int | Sequence[int], input: IrrepsArray,
-                        normalize: bool, normalization: str | None = None) -> IrrepsArray:
-  """`e3nn.spherical_harmonics(irreps_out, input, normalize, normalization)`."""
+                        normalize: bool, normalization: str | None = None, *,
+                        algorithm: Any = None) -> IrrepsArray:
+  """`e3nn.spherical_harmonics(irreps_out, input, normalize, normalization)`. `algorithm` (how
+  e3nn-jax evaluates them) is accepted and has no effect: jaxext's kernel computes them."""
+  del algorithm
   return _sh(irreps_out, input, normalize=normalize, normalization=normalization)
 
 
@@ -167,6 +170,20 @@ def _filter(filter_ir_out):
   return keep
 
 
+def _product_irreps(irreps1, irreps2, filter_ir_out, regroup_output):
+  """The irreps of e3nn.tensor_product of two irreps: every (term, term, l3) path its own term,
+  sorted, merged when regroup_output."""
+  t1, t2 = (_irreps.parse(i, name) for i, name in ((irreps1, "input1"), (irreps2, "input2")))
+  if regroup_output:
+    t1, t2 = (_simplify(_sort_terms(t)[0]) for t in (t1, t2))
+  keep = _filter(filter_ir_out)
+  out = tuple((m1 * m2, l3, p1 * p2) for m1, l1, p1 in t1 for m2, l2, p2 in t2
+              for l3 in range(abs(l1 - l2), l1 + l2 + 1)
+              if keep is None or (l3, p1 * p2) in keep)
+  out = _sort_terms(out)[0]
+  return _simplify(out) if regroup_output else out
+
+
 def _irrep_normalization(given):
   """The irrep normalisation in force: `given`, else e3nn_jax.config's; checked."""
   norm = given if given is not None else _e3nn.config("irrep_normalization", "component")
@@ -235,7 +252,11 @@ def tensor_product(input1: IrrepsArray, input2: IrrepsArray, *,
   computed in float32).
 
   Returns:
-    an IrrepsArray (the inputs' class)."""
+    an IrrepsArray (the inputs' class); given two e3nn_jax.Irreps instead, the Irreps of that
+    result (any multiplicities), as e3nn-jax's irreps-only form."""
+  if all(_irreps._e3nn_items(i) is not None for i in (input1, input2)):
+    return type(input1)(_irreps.to_string(_product_irreps(input1, input2, filter_ir_out,
+                                                          regroup_output)))
   like, x, tx, y, ty = _inputs(input1, input2, regroup_output)
   to, paths, scale = _plan(tx, ty, filter_ir_out, irrep_normalization)
   want = _result_dtype(input1, input2)

@@ -50,7 +50,8 @@ def spherical_harmonics(irreps_out, vectors, normalize=True, normalization=None)
       even l must be "e" and the odd l share one parity, as e3nn requires). Degrees given as ints
       take the parity of the vectors: (-1)^l for plain arrays and "1o" IrrepsArrays, even for
       "1e" ones.
-    vectors: (..., 3) float32 or float64, or an e3nn_jax.IrrepsArray of irreps "1o" or "1e".
+    vectors: (..., 3) float32 or float64 (bfloat16 and float16: computed in float32, returned
+      in their dtype), or an e3nn_jax.IrrepsArray of irreps "1o" or "1e".
     normalize: restrict to the unit sphere (vectors divided by their norm; zero vectors give
       zero harmonics for l >= 1, as in e3nn).
     normalization: "component" (sum_m (Y^l_m)^2 = 2l+1 on the sphere; e3nn's default),
@@ -79,10 +80,14 @@ def spherical_harmonics(irreps_out, vectors, normalize=True, normalization=None)
     raise ValueError(f"normalization must be 'component', 'norm' or 'integral'; got "
                      f"{normalization!r}")
   x = float_operand(vectors, "vectors")
+  # bfloat16 and float16 vectors: harmonics computed in float32, returned in their dtype (as
+  # e3nn-jax returns them)
+  given = jnp.result_type(vectors)
+  want = given if jnp.issubdtype(given, jnp.floating) else x.dtype
   if x.ndim < 1 or x.shape[-1] != 3:
     raise ValueError(f"vectors must have shape (..., 3); got {x.shape}")
   if _irreps.dim(terms) == 0:
-    return _e3nn.wrap(like, terms, jnp.zeros(x.shape[:-1] + (0,), x.dtype))
+    return _e3nn.wrap(like, terms, jnp.zeros(x.shape[:-1] + (0,), want))
   if normalize:
     r2 = jnp.sum(x * x, axis=-1, keepdims=True)
     x = x / jnp.sqrt(jnp.where(r2 == 0, 1, r2))
@@ -96,7 +101,7 @@ def spherical_harmonics(irreps_out, vectors, normalize=True, normalization=None)
     elif normalization == "integral":
       block = block / np.sqrt(4 * np.pi)
     blocks.extend([block] * mul)
-  return _e3nn.wrap(like, terms, jnp.concatenate(blocks, axis=-1))
+  return _e3nn.wrap(like, terms, jnp.concatenate(blocks, axis=-1).astype(want))
 
 
 def _terms(irreps_out, parity=-1):
