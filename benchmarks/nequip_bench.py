@@ -213,7 +213,8 @@ def main():
     bad = de > tol or df > tol
     if "grads" in ra:
       dl = abs(ra["loss"] - rb["loss"]) / abs(ra["loss"])
-      dg = max(float(np.max(np.abs(np.subtract(ga, gb)))) / max(ga[0], 1e-300)
+      floor = 1e-6 * max(ga[0] for ga in ra["grads"])  # (a gradient ~0 in both arms)
+      dg = max(float(np.max(np.abs(np.subtract(ga, gb)))) / max(ga[0], floor, 1e-300)
                for ga, gb in zip(ra["grads"], rb["grads"]))
       print(f"training: loss {dl:.1e} relative, parameter gradients {dg:.1e} of their norms")
       bad |= dl > tol or dg > tol

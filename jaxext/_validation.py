@@ -67,7 +67,7 @@ def int32_indices(ids):
   in order (sorted ids stay sorted); every other value is kept, so that an error quotes it. NumPy
   ids give NumPy int32, jax ids jax int32."""
   xp = np if isinstance(ids, np.ndarray) else jnp
-  info = np.iinfo(ids.dtype)
+  info = jnp.iinfo(ids.dtype)  # (ml_dtypes' too: int4, uint4)
   if info.min >= -(2**31) and info.max < 2**31:
     return ids.astype(np.int32)
   return xp.clip(ids, max(info.min, -(2**31)), min(info.max, 2**31 - 1)).astype(np.int32)

@@ -312,10 +312,6 @@ def test_errors_name_the_argument():
     e3nn_ops.tensor_product(x, e3nn.IrrepsArray("1o+1o", np.ones((3, 6))))
 
 
-if __name__ == "__main__":
-  sys.exit(pytest.main([os.path.abspath(__file__), "-q"]))
-
-
 def test_callers_irreps_arrays_keep_no_values_of_our_traces():
   """e3nn-jax computes an IrrepsArray's `chunks` on first reading and keeps them on the object:
   our ops never read them, so an IrrepsArray closed over by a jitted function (or made in a jit
@@ -359,3 +355,65 @@ def test_callers_irreps_arrays_keep_no_values_of_our_traces():
   ours = model(e3nn_ops.spherical_harmonics,
                lambda h, sh: e3nn_ops.tensor_product_conv(h, sh, snd, rcv, 3))
   np.testing.assert_allclose(ours, ref, rtol=1e-13)
+
+
+def test_review_edge_cases():
+  """A review's cases: 1-D IrrepsArrays and vmap (never iterated as irreps), no per-row work for
+  many rows, irreps strings, the "none" rescale read from the config only, lists, zero-width
+  data, narrow integer ids, traced ids."""
+  rng = np.random.default_rng(50)
+  x1, y1 = _array("2x0e+1o", 1, 51)[0], _sh("0e+1o", 1, 52)[0]  # 1-D
+  np.testing.assert_allclose(e3nn_ops.tensor_product(x1, y1).array,
+                             e3nn.tensor_product(x1, y1).array, atol=1e-12)
+  xs, ys = _array("2x0e+1o", 6, 53), _sh("0e+1o", 6, 54)
+  np.testing.assert_allclose(jax.vmap(lambda a, b: e3nn_ops.tensor_product(a, b).array)(xs, ys),
+                             e3nn.tensor_product(xs, ys).array, atol=1e-12)
+  big = _array("2x0e+1o", 1000, 55)
+  assert len(jax.make_jaxpr(lambda a: e3nn_ops.tensor_product(a, ys[0]).array)(big).eqns) < 30
+  got = e3nn_ops.tensor_product("1o", "1o+2e")
+  assert isinstance(got, e3nn.Irreps) and got == e3nn.tensor_product("1o", "1o+2e")
+
+  # tensor_product(..., irrep_normalization=X) * weights: the multiplication reads the config
+  x, sh = _array("2x0e+2x1o+1x2e", 5, 56), _sh("0e+1o+2e", 30, 57)
+  snd, rcv = rng.integers(0, 5, 30), rng.integers(0, 5, 30)
+  for config, given in (("component", "none"), ("none", "component"), ("none", "none")):
+    saved = e3nn.config("irrep_normalization")
+    e3nn.config("irrep_normalization", config)
+    try:
+      m = e3nn.tensor_product(x[snd], sh, irrep_normalization=given)
+      w = rng.normal(size=(30, m.irreps.num_irreps))
+      want = e3nn.scatter_sum(m * w, dst=rcv, output_size=5)
+      got = e3nn_ops.tensor_product_conv(x, sh, snd, rcv, 5, weights=w, irrep_normalization=given)
+      np.testing.assert_allclose(got.array, want.array, atol=1e-12, err_msg=f"{config} {given}")
+    finally:
+      e3nn.config("irrep_normalization", saved)
+
+  from jaxext.equivariant import spherical_harmonics as eq_sh
+  np.testing.assert_allclose(eq_sh(2, [[1.0, 2.0, 3.0]]), eq_sh(2, np.array([[1.0, 2.0, 3.0]])))
+  np.testing.assert_array_equal(e3nn_ops.scatter_sum([[1.0], [2.0]], dst=[1, 1], output_size=2),
+                                [[0.0], [3.0]])
+  empty = e3nn_ops.scatter_sum(jnp.zeros((5, 0)), dst=jnp.arange(5), output_size=5)
+  assert empty.shape == (5, 0)
+
+  d = rng.normal(size=(600, 2))
+  nel = np.full(300, 2, np.uint8)  # 300 segments: their ids overflow uint8
+  np.testing.assert_array_equal(e3nn_ops.scatter_sum(d, nel=nel), e3nn.scatter_sum(d, nel=nel))
+  dst = rng.integers(0, 256, 600).astype(np.uint8)
+  for kw in (dict(output_size=300, mode="clip"), dict(output_size=200, mode="clip"),
+             dict(map_back=True)):
+    np.testing.assert_array_equal(e3nn_ops.scatter_sum(d, dst=dst, **kw),
+                                  e3nn.scatter_sum(d, dst=dst, **kw), err_msg=str(kw))
+  signed = dst.astype(np.int16) - 128  # 256 distinct int8 ids
+  np.testing.assert_array_equal(
+      e3nn_ops.scatter_sum(d, dst=signed.astype(np.int8), map_back=True),
+      e3nn.scatter_sum(d, dst=signed.astype(np.int8), map_back=True))
+  for kw in SCATTER_CASES:  # the ids traced (jit arguments)
+    ids = {k: v for k, v in kw.items() if k in ("dst", "nel")}
+    rest = {k: v for k, v in kw.items() if k not in ids}
+    got = jax.jit(lambda a, ids: e3nn_ops.scatter_sum(a, **ids, **rest))(d[:12], ids)
+    np.testing.assert_array_equal(got, e3nn.scatter_sum(d[:12], **kw), err_msg=str(kw))
+
+
+if __name__ == "__main__":
+  sys.exit(pytest.main([os.path.abspath(__file__), "-q"]))
+

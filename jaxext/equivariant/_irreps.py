@@ -83,7 +83,8 @@ def _one_term(t):
 def _e3nn_items(obj):
   """The (mul, ir) items of an e3nn_jax.Irreps-like object, read once (an iterator is consumed
   here, and its items are what parse reads), or None for anything else."""
-  if isinstance(obj, (str, bytes)) or not hasattr(obj, "__iter__"):
+  if isinstance(obj, (str, bytes)) or not hasattr(obj, "__iter__") or hasattr(obj, "array") or (
+      hasattr(obj, "shape")):  # (an array, an IrrepsArray: never iterated here)
     return None
   try:
     items = list(obj)

@@ -16,7 +16,9 @@ else call e3nn-jax itself. e3nn_jax is imported only when these functions run.
 
 from __future__ import annotations
 
+import math
 import operator
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +29,7 @@ from jax.typing import ArrayLike
 
 from jaxext._validation import float_operand, int32_indices, integer_operand
 from jaxext.equivariant import _e3nn, _irreps
-from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
+from jaxext.equivariant._e3nn import Irreps, IrrepsArray, IrrepsLike
 from jaxext.equivariant.conv import bind_built, edge_graph, node_count
 from jaxext.equivariant.gather import gather
 from jaxext.equivariant.segment import segment_sum
@@ -67,9 +69,10 @@ def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike | None = None,
   if mode not in _SCATTER_MODES:
     raise ValueError(f"mode must be one of {_SCATTER_MODES[1:]}; got {mode!r}")
   like = _e3nn.first_irreps_array(data)
-  array, terms = _e3nn.unwrap(data, "data")
-  array = float_operand(array, "data")
-  want = _result_dtype(data)
+  raw, terms = _e3nn.unwrap(data, "data")
+  array = float_operand(raw, "data")
+  given = getattr(raw, "dtype", None)  # (lists: the float_operand's)
+  want = given if given is not None and jnp.issubdtype(given, jnp.floating) else array.dtype
   if nel is not None:
     if output_size is not None:
       raise ValueError("output_size must not be given with nel (its length is the output's)")
@@ -78,12 +81,13 @@ def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike | None = None,
       raise ValueError(f"nel must be 1-D and data have rows; got nel {nel.shape}, data "
                        f"{array.shape}")
     size: int | None = nel.shape[0]
-    ids = jnp.repeat(jnp.arange(size, dtype=nel.dtype), nel, total_repeat_length=array.shape[0])
+    ids = jnp.repeat(jnp.arange(size, dtype=jnp.int32), nel, total_repeat_length=array.shape[0])
   else:
     ids = integer_operand(dst, "dst")
     if ids.shape != array.shape[:ids.ndim] or ids.ndim == 0:
       raise ValueError(f"dst must have shape data.shape[:dst.ndim] (at least one axis); got dst "
                        f"{ids.shape}, data {array.shape}")
+    ids = int32_indices(ids)  # (id arithmetic below in int32 whatever dst's integer dtype)
     size = output_size
   if map_back:
     if output_size is not None:
@@ -93,7 +97,7 @@ def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike | None = None,
     size = flat.shape[0]
     if size:
       distinct = jnp.unique(flat, size=size, fill_value=jnp.max(flat))
-      ids = jnp.searchsorted(distinct, flat).astype(flat.dtype).reshape(ids.shape)
+      ids = jnp.searchsorted(distinct, flat).astype(jnp.int32).reshape(ids.shape)
   elif size is None:
     raise ValueError("output_size must be given (unless nel is, or map_back)")
   try:
@@ -105,7 +109,7 @@ def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike | None = None,
   ids = jnp.where(ids < 0, ids + size, ids)
   if mode == "clip":
     ids = jnp.clip(ids, 0, max(size - 1, 0))
-  rows = array.reshape((-1,) + array.shape[ids.ndim:])
+  rows = array.reshape((math.prod(ids.shape),) + array.shape[ids.ndim:])
   out = segment_sum(rows, ids.reshape(-1), size)
   if map_back:
     out = gather(out, ids.reshape(-1)).reshape(ids.shape + out.shape[1:])
@@ -168,6 +172,22 @@ def _filter(filter_ir_out):
     else:
       keep.update((l, p) for _, l, p in _irreps.parse(item, "filter_ir_out"))
   return keep
+
+
+def _irreps_only(x) -> bool:
+  """An irreps string or an e3nn_jax.Irreps (e3nn-jax's irreps-only forms), not an array."""
+  return not _e3nn.is_irreps_array(x) and (
+      isinstance(x, str) or (type(x).__name__ == "Irreps" and _irreps._e3nn_items(x) is not None))
+
+
+def _irreps_like(a, b, text: str):
+  """`text` as an e3nn_jax.Irreps (the class of whichever of a, b is one; e3nn_jax's own for two
+  strings), as e3nn-jax returns its irreps-only results."""
+  for x in (a, b):
+    if not isinstance(x, str):
+      return type(x)(text)
+  module = sys.modules.get("e3nn_jax")
+  return module.Irreps(text) if module is not None else text
 
 
 def _product_irreps(irreps1, irreps2, filter_ir_out, regroup_output):
@@ -244,7 +264,7 @@ def _result_dtype(*raw):
 def tensor_product(input1: IrrepsArray, input2: IrrepsArray, *,
                    filter_ir_out: IrrepsLike | Sequence[Any] | None = None,
                    irrep_normalization: str | None = None,
-                   regroup_output: bool = True) -> IrrepsArray:
+                   regroup_output: bool = True) -> IrrepsArray | Irreps:
   """`e3nn.tensor_product(input1, input2, filter_ir_out=..., irrep_normalization=...,
   regroup_output=...)`: every path into its own output channels (mul1 of them), output irreps
   sorted and (regroup_output) merged, as e3nn-jax lays them out. input2's multiplicities must
@@ -254,9 +274,9 @@ def tensor_product(input1: IrrepsArray, input2: IrrepsArray, *,
   Returns:
     an IrrepsArray (the inputs' class); given two e3nn_jax.Irreps instead, the Irreps of that
     result (any multiplicities), as e3nn-jax's irreps-only form."""
-  if all(_irreps._e3nn_items(i) is not None for i in (input1, input2)):
-    return type(input1)(_irreps.to_string(_product_irreps(input1, input2, filter_ir_out,
-                                                          regroup_output)))
+  if _irreps_only(input1) and _irreps_only(input2):
+    return _irreps_like(input1, input2, _irreps.to_string(
+        _product_irreps(input1, input2, filter_ir_out, regroup_output)))
   like, x, tx, y, ty = _inputs(input1, input2, regroup_output)
   to, paths, scale = _plan(tx, ty, filter_ir_out, irrep_normalization)
   want = _result_dtype(input1, input2)
@@ -286,9 +306,9 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
     num_nodes: static number of output nodes.
     weights: None, or broadcastable to (E, num_irreps of the product's output): one scalar per
       output irrep copy and edge, in the output's order: what `IrrepsArray * weights`
-      multiplies in e3nn-jax, under each irrep normalisation (under "none", e3nn-jax's
-      multiplication by a weight per copy scales a copy of degree l by 1 / sqrt(2 l + 1) too,
-      and so does this).
+      multiplies in e3nn-jax, under each irrep normalisation (with e3nn_jax.config's
+      irrep_normalization "none", e3nn-jax's multiplication by a weight per copy scales a copy
+      of degree l by 1 / sqrt(2 l + 1) too, and so does this).
     filter_ir_out, irrep_normalization, regroup_output: as tensor_product.
     weights_kernel: None, or (k, num_irreps of the product's output): the weights are then
       `weights @ weights_kernel`, weights being (E, k), a radial network's last hidden layer (its
@@ -305,9 +325,11 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
   want = _result_dtype(x, sh)
   per_irrep = weights_kernel is not None or (
       weights is not None and np.ndim(weights) > 0 and np.shape(weights)[-1] == scale.size)
-  if per_irrep and _irrep_normalization(irrep_normalization) == "none":
+  if per_irrep and _e3nn.config("irrep_normalization", "component") == "none":
     # e3nn-jax's IrrepsArray * weights with a weight per irrep copy: an element-wise tensor
-    # product with scalars, unnormalised (one weight per edge multiplies plainly)
+    # product with scalars, unnormalised under e3nn_jax.config's "none" (the multiplication
+    # reads the config, whatever the product's own irrep_normalization; one weight per edge
+    # multiplies plainly)
     scale = scale / np.sqrt(np.concatenate(
         [np.full(tx[i1][0], 2 * to[io][1] + 1.0) for i1, _, io in paths] or [np.zeros(0)]))
   kernel = None

@@ -82,8 +82,8 @@ def spherical_harmonics(irreps_out, vectors, normalize=True, normalization=None)
   x = float_operand(vectors, "vectors")
   # bfloat16 and float16 vectors: harmonics computed in float32, returned in their dtype (as
   # e3nn-jax returns them)
-  given = jnp.result_type(vectors)
-  want = given if jnp.issubdtype(given, jnp.floating) else x.dtype
+  given = getattr(vectors, "dtype", None)  # (lists: float_operand's)
+  want = given if given is not None and jnp.issubdtype(given, jnp.floating) else x.dtype
   if x.ndim < 1 or x.shape[-1] != 3:
     raise ValueError(f"vectors must have shape (..., 3); got {x.shape}")
   if _irreps.dim(terms) == 0:
