@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 from typing import Any
 
 import jax
@@ -58,6 +60,26 @@ def rows_operand(x: Any, name: str) -> jax.Array:
   if x.ndim < 1:
     raise ValueError(f"{name} must have a leading axis of rows; got shape {x.shape}")
   return x
+
+
+def static_count(value, name: str) -> int:
+  """`value` as a static int >= 0 (a count of nodes, segments, outputs), or a TypeError /
+  ValueError naming it."""
+  try:
+    n = operator.index(value)
+  except TypeError:
+    raise TypeError(f"{name} must be a static int; got {value!r}") from None
+  if n < 0:
+    raise ValueError(f"{name} must be >= 0; got {n}")
+  return n
+
+
+def float_result_dtype(*operands):
+  """The dtype a float op returns for these operands (as e3nn-jax's do): their common floating
+  dtype, bfloat16 and float16 kept (the kernels compute in float32 then); JAX's default float for
+  integers. Lists and scalars count as what jnp.asarray makes of them."""
+  dtype = jnp.result_type(*(a if hasattr(a, "dtype") else jnp.asarray(a) for a in operands))
+  return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
 
 
 def int32_indices(ids):

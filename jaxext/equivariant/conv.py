@@ -23,7 +23,7 @@ from jax.typing import ArrayLike
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
-from jaxext._validation import float_operand, int32_indices, integer_operand
+from jaxext._validation import float_operand, int32_indices, integer_operand, static_count
 from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
 from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, check_one_dtype,
@@ -115,7 +115,7 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
   e = y.shape[0]
   if w.shape[0] != e:
     raise ValueError(f"edge_weights has {w.shape[0]} rows, edge_sh {e}")
-  num_nodes = node_count(num_nodes)
+  num_nodes = static_count(num_nodes, "num_nodes")
   graph = edge_graph(senders, receivers, e, x.shape[0], num_nodes)
   dtype = jnp.result_type(x, y, w, *([] if kernel is None else [kernel]))
   scale = weight_scale(tx, ty, to, irrep_normalization, path_normalization,
@@ -136,17 +136,6 @@ def bind_built(x, y, w, kernel, graph, key):
   if kernel is None:
     return _conv_built_p.bind(x, y, w, *graph, mode=OUT, key=key)
   return _conv_factored_p.bind(x, y, w, kernel, *graph, key=key)
-
-
-def node_count(num_nodes) -> int:
-  """num_nodes as a static int >= 0, or a TypeError / ValueError naming it."""
-  try:
-    n = operator.index(num_nodes)
-  except TypeError:
-    raise TypeError(f"num_nodes must be a static int; got {num_nodes!r}") from None
-  if n < 0:
-    raise ValueError(f"num_nodes must be >= 0; got {n}")
-  return n
 
 
 def edge_graph(senders, receivers, num_edges: int, num_senders: int, num_nodes: int):

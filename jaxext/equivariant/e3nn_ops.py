@@ -17,7 +17,6 @@ else call e3nn-jax itself. e3nn_jax is imported only when these functions run.
 from __future__ import annotations
 
 import math
-import operator
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -27,10 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxext._validation import float_operand, int32_indices, integer_operand
+from jaxext._validation import (float_operand, float_result_dtype, int32_indices, integer_operand,
+                                static_count)
 from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant._e3nn import Irreps, IrrepsArray, IrrepsLike
-from jaxext.equivariant.conv import bind_built, edge_graph, node_count
+from jaxext.equivariant.conv import bind_built, edge_graph
 from jaxext.equivariant.gather import gather
 from jaxext.equivariant.segment import segment_sum
 from jaxext.equivariant.spherical_harmonics import spherical_harmonics as _sh
@@ -71,8 +71,7 @@ def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike | None = None,
   like = _e3nn.first_irreps_array(data)
   raw, terms = _e3nn.unwrap(data, "data")
   array = float_operand(raw, "data")
-  given = getattr(raw, "dtype", None)  # (lists: the float_operand's)
-  want = given if given is not None and jnp.issubdtype(given, jnp.floating) else array.dtype
+  want = float_result_dtype(raw)
   if nel is not None:
     if output_size is not None:
       raise ValueError("output_size must not be given with nel (its length is the output's)")
@@ -100,12 +99,7 @@ def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike | None = None,
       ids = jnp.searchsorted(distinct, flat).astype(jnp.int32).reshape(ids.shape)
   elif size is None:
     raise ValueError("output_size must be given (unless nel is, or map_back)")
-  try:
-    size = operator.index(size)
-  except TypeError:
-    raise TypeError(f"output_size must be a static int; got {size!r}") from None
-  if size < 0:
-    raise ValueError(f"output_size must be >= 0; got {size}")
+  size = static_count(size, "output_size")
   ids = jnp.where(ids < 0, ids + size, ids)
   if mode == "clip":
     ids = jnp.clip(ids, 0, max(size - 1, 0))
@@ -204,14 +198,6 @@ def _product_irreps(irreps1, irreps2, filter_ir_out, regroup_output):
   return _simplify(out) if regroup_output else out
 
 
-def _irrep_normalization(given):
-  """The irrep normalisation in force: `given`, else e3nn_jax.config's; checked."""
-  norm = given if given is not None else _e3nn.config("irrep_normalization", "component")
-  if norm not in ("component", "norm", "none"):
-    raise ValueError(f"irrep_normalization must be 'component', 'norm' or 'none'; got {norm!r}")
-  return norm
-
-
 def _plan(tx, ty, filter_ir_out, irrep_normalization):
   """The separated product's output terms (sorted as e3nn sorts them: one term per path), the
   explicit paths into them, and the per-weight factor giving e3nn's normalisation."""
@@ -220,7 +206,10 @@ def _plan(tx, ty, filter_ir_out, irrep_normalization):
                      f"regrouping, when regroup_output, it is {_irreps.to_string(ty)!r}); for "
                      "anything else use e3nn_jax.tensor_product")
   keep = _filter(filter_ir_out)
-  norm = _irrep_normalization(irrep_normalization)
+  norm = irrep_normalization if irrep_normalization is not None else _e3nn.config(
+      "irrep_normalization", "component")
+  if norm not in ("component", "norm", "none"):
+    raise ValueError(f"irrep_normalization must be 'component', 'norm' or 'none'; got {norm!r}")
   raw = []  # (x term, y term, output irrep) in e3nn's loop order
   for i1, (m1, l1, p1) in enumerate(tx):
     for i2, (m2, l2, p2) in enumerate(ty):
@@ -255,10 +244,8 @@ def _inputs(input1, input2, regroup_output):
 
 
 def _result_dtype(*raw):
-  """e3nn-jax's result dtype for these inputs (bfloat16 stays bfloat16: the kernels compute in
-  float32 then); integers give JAX's default float."""
-  dtype = jnp.result_type(*(r.array if _e3nn.is_irreps_array(r) else r for r in raw))
-  return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
+  """e3nn-jax's result dtype for these inputs (IrrepsArrays by their arrays)."""
+  return float_result_dtype(*(r.array if _e3nn.is_irreps_array(r) else r for r in raw))
 
 
 def tensor_product(input1: IrrepsArray, input2: IrrepsArray, *,
@@ -315,7 +302,7 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
       last layer without bias), made per receiver by the CPU kernel (jaxext.equivariant.conv's
       edge_weights_kernel): no (E, num_irreps) array in the forward pass or in its gradients.
   """
-  num_nodes = node_count(num_nodes)
+  num_nodes = static_count(num_nodes, "num_nodes")
   like, xa, tx, y, ty = _inputs(x, sh, regroup_output)
   to, paths, scale = _plan(tx, ty, filter_ir_out, irrep_normalization)
   if xa.ndim != 2 or y.ndim != 2:

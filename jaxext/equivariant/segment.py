@@ -10,7 +10,6 @@ and its transpose a gather, so derivatives of every order work.
 from __future__ import annotations
 
 import functools
-import operator
 from typing import overload
 
 import jax
@@ -22,7 +21,8 @@ from jax.typing import ArrayLike
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
-from jaxext._validation import int32_indices, integer_operand, kernel_float, rows_operand
+from jaxext._validation import (int32_indices, integer_operand, kernel_float, rows_operand,
+                                static_count)
 from jaxext.equivariant import _e3nn
 from jaxext.equivariant._e3nn import IrrepsArray
 
@@ -59,12 +59,7 @@ def segment_sum(data, segment_ids, num_segments, indices_are_sorted=False):
   if ids.shape != data.shape[:1]:
     raise ValueError(f"segment_ids must have shape ({data.shape[0]},) like data's rows; got "
                      f"{ids.shape}")
-  try:
-    num_segments = operator.index(num_segments)
-  except TypeError:
-    raise TypeError("num_segments must be a static int") from None
-  if num_segments < 0:
-    raise ValueError(f"num_segments must be >= 0; got {num_segments}")
+  num_segments = static_count(num_segments, "num_segments")
   ids = int32_indices(ids)
   return _e3nn.wrap(like, terms, segment_sum_p.bind(data, ids, num_segments=num_segments,
                                                     sorted=bool(indices_are_sorted)))

@@ -23,7 +23,7 @@ from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
 from jaxext import _sharding
-from jaxext._validation import float_operand, static_int
+from jaxext._validation import float_operand, float_result_dtype, static_int
 from jaxext.equivariant import _e3nn, _irreps, _tables
 from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
 
@@ -82,8 +82,7 @@ def spherical_harmonics(irreps_out, vectors, normalize=True, normalization=None)
   x = float_operand(vectors, "vectors")
   # bfloat16 and float16 vectors: harmonics computed in float32, returned in their dtype (as
   # e3nn-jax returns them)
-  given = getattr(vectors, "dtype", None)  # (lists: float_operand's)
-  want = given if given is not None and jnp.issubdtype(given, jnp.floating) else x.dtype
+  want = float_result_dtype(vectors)
   if x.ndim < 1 or x.shape[-1] != 3:
     raise ValueError(f"vectors must have shape (..., 3); got {x.shape}")
   if _irreps.dim(terms) == 0:
