@@ -247,13 +247,10 @@ _jaxext_wheel = rule(
 
 def jaxext_wheel(name, arch = "x86_64", **kwargs):
     """The platform wheel (see _jaxext_wheel): its extensions built by zig's clang for `arch`
-    (x86_64, the host; aarch64, cross-built) and glibc 2.17. With --config=cuda the x86_64 wheel
-    holds the CUDA handlers too: their .cu halves compiled by nvcc (with its own host compiler, no
+    (x86_64, the host; aarch64, cross-built) and glibc 2.17. With --config=cuda the wheel holds the
+    CUDA handlers too: their .cu halves compiled by nvcc (with its own host compiler for `arch`, no
     C++ runtime: tests/cuda_kernels_abi_test.py), the rest by zig's clang like every handler."""
-    if arch == "x86_64":
-        _jaxext_wheel(name = name, toolchain = arch, **kwargs)
-    else:
-        _jaxext_wheel(name = name, toolchain = arch, target_compatible_with = NOT_WITH_CUDA, **kwargs)
+    _jaxext_wheel(name = name, toolchain = arch, **kwargs)
 
 # ------------------------------------------------------------------------------------------------
 # Documentation
@@ -302,9 +299,6 @@ def if_cuda(if_true, if_false = []):
 
 CUDA_ONLY = if_cuda([], [Label("@platforms//:incompatible")])
 
-# Targets that CUDA builds skip (the cross-built wheels: nvcc builds for the host only).
-NOT_WITH_CUDA = if_cuda([Label("@platforms//:incompatible")], [])
-
 def _nvcc(ctx, src, out, mode, extra = []):
     """Runs the hermetic nvcc on `src` (`mode`: "-c" for an object, "-fatbin" for device code)."""
     cc_deps = [d[CcInfo] for d in ctx.attr.deps if CcInfo in d]
@@ -349,7 +343,8 @@ _NVCC_ATTRS = {
     "capabilities": attr.string_list(),
     "_toolkit": attr.label(default = Label("@jaxext_cuda//:toolkit")),
     "_nvcc": attr.label(default = Label("@jaxext_cuda//:nvcc"), allow_single_file = True),
-    "_host_compiler": attr.label(default = Label("@jaxext_cuda//:host_compiler.txt"), allow_single_file = True),
+    # The target's architecture picks it (the aarch64 wheel's objects: a cross compiler).
+    "_host_compiler": attr.label(default = Label("@jaxext_cuda//:host_compiler"), allow_single_file = True),
 }
 
 _cuda_objects = rule(

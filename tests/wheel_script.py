@@ -16,6 +16,14 @@ out = {"file": jaxext.__file__, "version": jaxext.__version__, "path": sys.path,
        "jax": jax.__version__, "python": "%d.%d" % sys.version_info[:2]}
 lst = lambda x: [float(v) for v in jnp.ravel(jnp.asarray(x))]
 out["platforms"] = jaxext.platforms()
+import importlib.util
+def found(module):  # without importing it (a missing parent package: not found)
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ModuleNotFoundError:
+    return False
+out["cuda_module"] = found("jaxext.cuda._cuda_ops")
+out["numba_cuda"] = found("numba_cuda")
 
 # kepler
 m = jnp.array([0.5, 2.0, -3.0, 7.0])

@@ -61,6 +61,9 @@ def test_wheel_name_tags_are_true():
   assert not needed & {"libstdc++.so.6", "libgcc_s.so.1"}, needed
 
 
+_CUDA_MODULE = "jaxext/cuda/_cuda_ops.so"
+
+
 def _auditwheel_show(wheel):
   env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(
       os.environ["JAXEXT_AUDITWHEEL_SITE"])), PYTHONDONTWRITEBYTECODE="1")
@@ -102,6 +105,8 @@ def test_metadata_and_record():
     for info in z.infolist():
       assert info.date_time == (1980, 1, 1, 0, 0, 0)
     assert "jaxext/cpu/_cpu_ops.so" in names
+    # The CUDA module is in the wheels of --config=cuda builds (x86_64 and aarch64), only there.
+    assert (_CUDA_MODULE in names) == (os.environ["JAXEXT_WHEEL_CUDA"] == "1"), names
     assert "jaxext/py.typed" in names  # PEP 561: users' type checkers read the annotations
 
 
@@ -198,6 +203,30 @@ def test_installed_platforms_list_every_cpu_op(installed):
   assert {"kepler", "transit_light_curve", "ode.dop853", "equivariant.conv"} <= set(where)
   for op, platforms in where.items():
     assert ("cpu" in platforms) == (op != "numba_cuda_kernel"), (op, platforms)
+
+
+def test_installed_cuda_module_registers_every_cuda_op(installed):
+  """A CUDA wheel's module loads where it is installed (its static CUDA runtime needs no GPU until
+  a kernel runs) and registers a CUDA handler for every op; a CPU wheel has none."""
+  _, r = installed
+  if IN_PLACE:
+    import importlib.util
+    try:
+      has_module = importlib.util.find_spec("jaxext.cuda._cuda_ops") is not None
+    except ModuleNotFoundError:  # no jaxext.cuda package at all
+      has_module = False
+  else:
+    with zipfile.ZipFile(_wheel_path()) as z:
+      has_module = _CUDA_MODULE in z.namelist()
+  assert r["cuda_module"] == has_module
+  for op, platforms in r["platforms"].items():
+    if op == "numba_kernel":  # the CPU's own (numba_cuda_kernel is CUDA's)
+      want = False
+    elif op == "numba_cuda_kernel":
+      want = has_module and r["numba_cuda"]
+    else:
+      want = has_module
+    assert ("cuda" in platforms) == want, (op, platforms, has_module)
 
 
 def test_installed_kepler_jit_vmap_grad(installed):

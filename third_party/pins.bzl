@@ -31,6 +31,7 @@ DEBIAN_PACKAGES = {
     "ca-certificates": "20260816+nmu1",
     "g++": "4:16.1.0-3",
     "g++-15": "15.3.0-4",  # nvcc 13.0's newest supported host compiler (CUDA builds only)
+    "g++-15-aarch64-linux-gnu": "15.3.0-4cross1",  # the same, for the aarch64 CUDA wheel
     "python3.13": "3.13.15-1",
     "python3.13-dev": "3.13.15-1",
     "python3.13-venv": "3.13.15-1",
@@ -99,9 +100,19 @@ CUDA_PACKAGES = {
     "nvidia-nvvm": ("13.0.88", "c5f41ffeb6466944a026dfa5317d7d85355c119bbec279205d22f1869d1054e0"),
 }
 
-# Host compiler nvcc runs (it rejects GCC newer than 15); sm_90 machine code plus compute_90 PTX,
-# which newer GPUs JIT-compile.
+# The aarch64 CUDA wheel (Grace Hopper) is cross-built: the x86_64 nvcc above, with the aarch64
+# static CUDA runtime of these wheels (name -> (version, sha256 of the manylinux aarch64 wheel);
+# the headers are the x86_64 wheels', byte for byte the same).
+CUDA_PACKAGES_AARCH64 = {
+    "nvidia-cuda-runtime": ("13.0.96", "ef9bcbe90493a2b9d810e43d249adb3d02e98dd30200d86607d8d02687c43f55"),
+}
+
+# Host compiler nvcc runs (it rejects GCC newer than 15), per target architecture (aarch64: the
+# toolchain root's cross compiler); sm_90 machine code plus compute_90 PTX, which newer GPUs
+# JIT-compile.
 CUDA_HOST_COMPILER = "g++-15"
+
+CUDA_HOST_COMPILER_AARCH64 = "aarch64-linux-gnu-g++-15"
 
 CUDA_CAPABILITIES = ["sm_90"]
 
