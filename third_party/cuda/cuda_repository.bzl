@@ -68,7 +68,7 @@ cc_library(
 genrule(
     name = "no_aarch64_runtime",
     outs = ["no_aarch64_runtime/libcudart_static.a"],
-    cmd = "echo 'jaxext: no aarch64 CUDA runtime: LOCAL_CUDA_PATH has no targets/sbsa-linux/lib/libcudart_static.a (install the toolkit's sbsa cross packages, or build without LOCAL_CUDA_PATH to use the pinned wheels)' >&2; exit 1",
+    cmd = "echo 'jaxext: no aarch64 CUDA runtime: LOCAL_CUDA_PATH has no targets/sbsa-linux/lib/libcudart_static.a (install the toolkit's sbsa cross packages, then re-fetch: bazel sync --only=jaxext_cuda; or build without LOCAL_CUDA_PATH to use the pinned wheels)' >&2; exit 1",
 )
 
 alias(
@@ -168,9 +168,12 @@ def _cuda_repository_impl(rctx):
         # NVIDIA's wheels keep libnvvm in lib/; a toolkit has it in nvvm/lib64, where tools given
         # the tree as CUDA_HOME (numba-cuda, through cuda-pathfinder) look for it.
         rctx.symlink("wheels/nvidia/cu13/lib/libnvvm.so.4", "wheels/nvidia/cu13/nvvm/lib64/libnvvm.so.4")
+        platforms = ["manylinux2014_aarch64"] + ["manylinux_2_%d_aarch64" % n for n in range(17, 40)]
         _pip_install(rctx, python, CUDA_PACKAGES_AARCH64, "wheels_aarch64",
-                     ["--platform", "manylinux2014_aarch64"])
+                     [a for p in platforms for a in ["--platform", p]])
         aarch64_cudart = "wheels_aarch64/nvidia/cu13/lib/libcudart_static.a"
+        if not rctx.path(aarch64_cudart).exists:
+            fail("the aarch64 CUDA runtime wheel has no %s" % aarch64_cudart.removeprefix("wheels_aarch64/"))
     host = rctx.os.environ.get("JAXEXT_CUDA_HOST_COMPILER", CUDA_HOST_COMPILER)
     host_path = _which(rctx, host)
     if not host_path:
