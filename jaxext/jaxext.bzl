@@ -24,6 +24,18 @@ OPTIMIZE_COPTS = select({
     "//conditions:default": ["-O2"],
 })
 
+def _bool_flag_impl(_ctx):
+    return []
+
+bool_flag = rule(
+    implementation = _bool_flag_impl,
+    build_setting = config.bool(flag = True),
+    doc = "A boolean command-line flag (--//<package>:<name>=true|false), read by config_setting.",
+)
+
+# The per-CPU clones' switch (//jaxext/cpu:cpu_clones): the wheels always carry the clones.
+_CPU_CLONES = str(Label("//jaxext/cpu:cpu_clones"))
+
 def jaxext_cc_library(name, copts = [], linkstatic = True, **kwargs):
     """A cc_library of kernel or handler code (kernel copts, kept alive for FFI registration).
 
@@ -162,20 +174,25 @@ _CROSS_PLATFORMS = {
 def _portable_transition_impl(settings, attr):
     toolchains = settings["//command_line_option:extra_toolchains"]
     platforms = settings["//command_line_option:platforms"]
+    # A wheel's handlers carry their per-CPU clones (clones.h) whatever the build's flag says: a
+    # build that turns them off for speed (.bazelrc's test builds) still ships what users run.
+    out = {
+        "//command_line_option:extra_toolchains": toolchains,
+        "//command_line_option:platforms": platforms,
+        _CPU_CLONES: True,
+    }
     if not attr.toolchain:
-        return {"//command_line_option:extra_toolchains": toolchains, "//command_line_option:platforms": platforms}
+        return out
     zig = str(Label(_ZIG_TOOLCHAINS[attr.toolchain]))
     if attr.toolchain in _CROSS_PLATFORMS:
-        platforms = [str(Label(_CROSS_PLATFORMS[attr.toolchain]))]
-    return {
-        "//command_line_option:extra_toolchains": [zig] + [t for t in toolchains if t != zig],
-        "//command_line_option:platforms": platforms,
-    }
+        out["//command_line_option:platforms"] = [str(Label(_CROSS_PLATFORMS[attr.toolchain]))]
+    out["//command_line_option:extra_toolchains"] = [zig] + [t for t in toolchains if t != zig]
+    return out
 
 _portable_transition = transition(
     implementation = _portable_transition_impl,
     inputs = ["//command_line_option:extra_toolchains", "//command_line_option:platforms"],
-    outputs = ["//command_line_option:extra_toolchains", "//command_line_option:platforms"],
+    outputs = ["//command_line_option:extra_toolchains", "//command_line_option:platforms", _CPU_CLONES],
 )
 
 def _jaxext_wheel_impl(ctx):
