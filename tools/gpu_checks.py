@@ -12,7 +12,8 @@ package from this checkout. Steps, from the repository root on the build machine
 (zig's clang, as the wheels: glibc 2.17 and libc++ linked in, so the libraries load on any
 machine; without --extra_toolchains the toolchain root's GCC builds them, needing its libstdc++).
 
-and on the GPU machine (with `.gpu` carried along):
+then check this script itself on the CPU (`tools/bazel test //tests:gpu_checks_test`: manual, not
+part of //..., and device time is scarce), and on the GPU machine (with `.gpu` carried along):
 
     python3 tools/gpu_checks.py --libs .gpu [--n 100000000] [--only SECTION,...]
 
