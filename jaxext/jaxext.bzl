@@ -364,9 +364,37 @@ _NVCC_ATTRS = {
     "_host_compiler": attr.label(default = Label("@jaxext_cuda//:host_compiler"), allow_single_file = True),
 }
 
+# nvcc's objects depend on the target platform (its host compiler) and on nothing else of the
+# build's C++ configuration: the same objects serve the tests' configuration (per-CPU clones off)
+# and the wheels' (clones on, zig's toolchains), so that a build needing both (bazel test //...
+# with --config=cuda) runs nvcc once per source rather than once per configuration. The transition
+# puts both on one configuration: the clones' flag at its default, zig's toolchains removed.
+def _nvcc_transition_impl(settings, _attr):
+    zigs = [str(Label(t)) for t in _ZIG_TOOLCHAINS.values()]
+    return {
+        "//command_line_option:extra_toolchains": [
+            t for t in settings["//command_line_option:extra_toolchains"]
+            if str(Label(t)) not in zigs
+        ],
+        _CPU_CLONES: True,
+    }
+
+_nvcc_transition = transition(
+    implementation = _nvcc_transition_impl,
+    inputs = ["//command_line_option:extra_toolchains"],
+    outputs = ["//command_line_option:extra_toolchains", _CPU_CLONES],
+)
+
+_NVCC_RULE_ATTRS = {
+    "_allowlist_function_transition": attr.label(
+        default = Label("@bazel_tools//tools/allowlists/function_transition_allowlist"),
+    ),
+}
+
 _cuda_objects = rule(
     implementation = _cuda_objects_impl,
-    attrs = dict(_NVCC_ATTRS, srcs = attr.label_list(allow_files = [".cu"])),
+    cfg = _nvcc_transition,
+    attrs = dict(_NVCC_ATTRS, srcs = attr.label_list(allow_files = [".cu"]), **_NVCC_RULE_ATTRS),
 )
 
 def _cuda_fatbin_impl(ctx):
@@ -376,7 +404,8 @@ def _cuda_fatbin_impl(ctx):
 
 _cuda_fatbin = rule(
     implementation = _cuda_fatbin_impl,
-    attrs = dict(_NVCC_ATTRS, src = attr.label(allow_single_file = [".cu"], mandatory = True)),
+    cfg = _nvcc_transition,
+    attrs = dict(_NVCC_ATTRS, src = attr.label(allow_single_file = [".cu"], mandatory = True), **_NVCC_RULE_ATTRS),
 )
 
 def _embed_bytes_impl(ctx):
