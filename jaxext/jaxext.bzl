@@ -368,13 +368,14 @@ _NVCC_ATTRS = {
 # build's C++ configuration: the same objects serve the tests' configuration (per-CPU clones off)
 # and the wheels' (clones on, zig's toolchains), so that a build needing both (bazel test //...
 # with --config=cuda) runs nvcc once per source rather than once per configuration. The transition
-# puts both on one configuration: the clones' flag at its default, zig's toolchains removed.
+# puts both on one configuration: the clones' flag at its default, and the zig toolchain that
+# _portable_transition adds (the same strings) removed; other entries, target patterns included,
+# stay as they are.
 def _nvcc_transition_impl(settings, _attr):
-    zigs = [str(Label(t)) for t in _ZIG_TOOLCHAINS.values()]
+    zigs = _ZIG_TOOLCHAINS.values()
     return {
         "//command_line_option:extra_toolchains": [
-            t for t in settings["//command_line_option:extra_toolchains"]
-            if str(Label(t)) not in zigs
+            t for t in settings["//command_line_option:extra_toolchains"] if t not in zigs
         ],
         _CPU_CLONES: True,
     }
