@@ -554,6 +554,71 @@ def test_conv_equals_unfused_e3nn():
   np.testing.assert_array_equal(np.asarray(empty), 0)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_conv_long_runs_are_cut_into_tasks_and_added_back(dtype):
+  # A node's run of more than 128 edges (jaxext/kernels/conv_tasks.h) is cut into tasks added back
+  # in order. Receivers and senders with 0, 1, 127, 128, 129, 256, 257 and 1500 edges (one task, a
+  # full second, a one-edge second, many), plus jax-md's padding: 700 edges from and to one dummy
+  # node. The reference: e3nn-jax's unfused product, segment-summed, in float64; forward, the x
+  # cotangent (the runs by sender), factored weights, jit, and bits equal from run to run.
+  ix, iy, io = CONV_IRREPS
+  counts = [0, 1, 127, 128, 129, 256, 257, 1500]
+  nodes = len(counts) + 1
+  rng = np.random.default_rng(70)
+  rcv = np.concatenate([np.repeat(np.arange(len(counts)), counts), np.full(700, nodes - 1)])
+  snd = np.concatenate([rng.permutation(np.repeat(np.arange(len(counts)), counts)),
+                        np.full(700, nodes - 1)])
+  perm = rng.permutation(rcv.size)
+  snd, rcv = snd[perm], rcv[perm]
+  edges = rcv.size
+  x = rng.normal(size=(nodes, e3nn.Irreps(ix).dim))
+  y = np.asarray(eq.spherical_harmonics(iy, rng.normal(size=(edges, 3))))
+  nw = sum(e3nn.Irreps(ix)[i1].mul for i1, _, _ in eq.paths(ix, iy, io))
+  w = rng.normal(size=(edges, nw))
+  h, kernel = rng.normal(size=(edges, 3)), rng.normal(size=(3, nw))
+  xs, ys, ws, hs, ks = (np.asarray(v, dtype) for v in (x, y, w, h, kernel))
+  f64 = lambda v: jnp.asarray(v, jnp.float64)
+  ref = lambda a, b, c: jax.ops.segment_sum(
+      e3nn_tensor_product(f64(a)[snd], f64(b), f64(c), ix, iy, io), rcv, nodes)
+  # float32: the sums of 1500 terms of size ~10 lose ~1e-4 (relative 1e-6 of their magnitude)
+  tol = dict(atol=1e-11, rtol=1e-12) if dtype == np.float64 else dict(atol=2e-3, rtol=2e-5)
+  conv = lambda a, b, c: eq.conv(a, b, c, snd, rcv, nodes, ix, iy, io)
+  want = ref(xs, ys, ws)
+  assert np.abs(np.asarray(want)[-2]).max() > 10  # the 1500-edge node: a real sum
+  got = conv(xs, ys, ws)
+  np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want), **tol)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.jit(conv)(xs, ys, ws)))
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(conv(xs, ys, ws)))
+  assert np.all(np.asarray(got)[0] == 0)  # no edges
+  # the x cotangent walks the runs by sender
+  ct = rng.normal(size=got.shape).astype(dtype)
+  gx = jax.grad(lambda a: jnp.sum(conv(a, ys, ws) * ct))(xs)
+  gx_ref = jax.grad(lambda a: jnp.sum(ref(a, ys, ws) * ct))(f64(xs))
+  np.testing.assert_allclose(np.asarray(gx, np.float64), np.asarray(gx_ref), **tol)
+  # factored weights (made per task, in chunks of 48 edges)
+  fact = eq.conv(xs, ys, hs, snd, rcv, nodes, ix, iy, io, edge_weights_kernel=ks)
+  np.testing.assert_allclose(np.asarray(fact, np.float64), np.asarray(ref(xs, ys, f64(hs) @ f64(ks))),
+                             **tol)
+
+
+def test_cuda_lowerings_tasks_are_conv_tasks_h():
+  # The CUDA lowering makes the node rows' tasks in jax.numpy (conv.node_tasks); the CPU handler
+  # makes them in C++. Against a count written out here: one task per run of at most 128 edges
+  # (empty ones too), ceil(run / 128) otherwise; and never more extra tasks than edges // 128
+  # (the partial rows the lowering allocates).
+  conv_module = sys.modules["jaxext.equivariant.conv"]
+  assert conv_module.TASK_EDGES == 128
+  rng = np.random.default_rng(71)
+  for runs in ([0], [5], [0, 0, 3], [127, 128, 129, 256, 257, 1500, 0, 1],
+               list(rng.integers(0, 400, 50)), list(rng.integers(120, 140, 30))):
+    ranges = np.concatenate([[0], np.cumsum(runs)]).astype(np.int32)
+    want = np.concatenate([[0], np.cumsum([1 if n <= 128 else -(-n // 128) for n in runs])])
+    got = np.asarray(jax.jit(conv_module.node_tasks)(jnp.asarray(ranges)))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+    assert got[-1] - len(runs) <= ranges[-1] // 128
+
+
 def test_conv_derivatives_to_third_order_and_against_e3nn():
   nodes, edges = 5, 14
   x, y, w, snd, rcv = _conv_inputs(nodes, edges, 31)
@@ -1051,6 +1116,8 @@ def test_cuda_lowering():
   text = _export_cuda(grad, x, w, vec)
   for target in _TARGETS:
     assert f"@{target}" in text, target
+  # the node rows' tasks: the cut size as an attribute, the pieces' rows a second result
+  assert re.search(r"@jaxext_conv\(.*task_edges = 128", text)
   calls = re.findall(r"@jaxext_(conv|tensor_product)\(.*?mode = (\d+)", text)
   for op in ("conv", "tensor_product"):
     modes = {int(m) for o, m in calls if o == op}

@@ -1011,6 +1011,45 @@ def equivariant_checks(check, gpu, cpu, best, report, rng, small=False, peers=Fa
     except Exception as e:  # noqa: BLE001 - reported; the benchmarks below still run
       check(f"equivariant gpu: {ixo} x {iyy} ran", False, repr(e)[:1000])
 
+  # Runs longer than a task (jaxext/kernels/conv_tasks.h: 128 edges) are cut into pieces joined
+  # in order: nodes receiving and sending 0, 1, 127, 128, 129, 256, 257 and 1500 edges, and a
+  # padding node (jax-md's: 700 edges from and to itself); the per-path kernel (l <= 3) and the
+  # generic one (l = 4); value and every cotangent against the CPU, and bits run to run.
+  counts = [0, 1, 127, 128, 129, 256, 257, 1500]
+  hub_nodes = len(counts) + 1
+  hub_rcv = np.concatenate([np.repeat(np.arange(len(counts)), counts), np.full(700, len(counts))])
+  hub_snd = np.concatenate([rng.permutation(np.repeat(np.arange(len(counts)), counts)),
+                            np.full(700, len(counts))])
+  perm = rng.permutation(hub_rcv.size)
+  hub_snd, hub_rcv = hub_snd[perm], hub_rcv[perm]
+  for ixo, iyy in (("8x0e+8x1o+8x2e", "0e+1o+2e+3o"), ("3x0e+2x4e", "0e+4e")):
+    terms = eq._irreps.parse(ixo)
+    xs = rng.normal(size=(hub_nodes, eq._irreps.dim(terms)))
+    vec = rng.normal(size=(hub_rcv.size, 3))
+    ws = rng.normal(size=(hub_rcv.size,
+                          sum(terms[i1][0] for i1, _, _ in eq.paths(ixo, iyy, ixo)))) * 0.3
+
+    def hub_model(x, v, w, ixo=ixo, iyy=iyy):
+      sh = eq.spherical_harmonics(iyy, v)
+      return jnp.sum(jnp.sin(eq.conv(x, sh, w, hub_snd, hub_rcv, hub_nodes, ixo, iyy, ixo)))
+
+    g = jax.jit(jax.value_and_grad(hub_model, argnums=(0, 1, 2)))
+    err = lambda r, ref: max(rel(p, q) for p, q in zip(jax.tree.leaves(r), jax.tree.leaves(ref)))
+    try:
+      ref = g(*on(cpu, xs, vec, ws))
+      first, second = g(*on(gpu, xs, vec, ws)), g(*on(gpu, xs, vec, ws))
+      r = err(first, ref)
+      same = all(np.array_equal(a(p), a(q))
+                 for p, q in zip(jax.tree.leaves(first), jax.tree.leaves(second)))
+      check(f"equivariant gpu: runs cut into tasks ({ixo}), value and cotangents match cpu, "
+            "bitwise run to run", r < 1e-11 and same, f"relative {r:.3g}; bitwise {same}")
+      ins = [v.astype(np.float32) for v in (xs, vec, ws)]
+      r32, c32 = err(g(*on(gpu, *ins)), ref), err(g(*on(cpu, *ins)), ref)
+      check(f"equivariant gpu: runs cut into tasks ({ixo}), float32 as accurate as the cpu's",
+            r32 <= 3 * c32 + 1e-6, f"relative to float64: gpu {r32:.3g}, cpu {c32:.3g}")
+    except Exception as e:  # noqa: BLE001 - reported; the benchmarks below still run
+      check(f"equivariant gpu: runs cut into tasks ({ixo}) ran", False, repr(e)[:1000])
+
   # The MACE-like layer (benchmarks/equivariant_bench.py's sizes), fused against unfused.
   n_nodes, n_edges = (100, 3000) if small else (1000, 30000)
   ix = io = "64x0e+64x1o+64x2e"

@@ -9,6 +9,7 @@
 
 #include "jaxext/cpu/parallel.h"
 #include "jaxext/cpu/tp_common.h"
+#include "jaxext/kernels/conv_tasks.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -166,52 +167,91 @@ ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_i
   // A row's cost: its share of the product's entries over the edges, and of the weights' matrix
   // product where the weights are made here.
   const int64_t per_edge = attrs.n_entries * 8 + factors.k * d[tp::kW];
-  return ParallelFor(pool, n_rows, Grain(per_edge, e, n_rows),
-                     [=](int64_t begin, int64_t end) {
-                       TpRows<T> row(owned->attrs, table);
-                       auto add_edge = [&](int64_t k, const T* w) {  // edge k's four rows
-                         const T* no = nullptr;
-                         row.AddMinor(x_minor ? x_minor->data() + snd[k] * d[tp::kX] : no,
-                                      slot[tp::kY] ? slot[tp::kY] + k * d[tp::kY] : no, w,
-                                      o_minor ? o_minor->data() + rcv[k] * d[tp::kOut] : no);
-                       };
-                       auto weights = [&](int64_t k) {
-                         return slot[tp::kW] ? slot[tp::kW] + k * d[tp::kW] : nullptr;
-                       };
-                       std::vector<const T*> h_rows;
-                       std::vector<T> made;
-                       if (factors.factored) {
-                         h_rows.resize(kChunk);
-                         made.resize(static_cast<size_t>(kChunk * d[tp::kW]));
-                       }
-                       for (int64_t i = begin; i < end; ++i) {
-                         row.Reset();
-                         if (m == tp::kY || m == tp::kW) {  // one edge per result row
-                           add_edge(i, weights(i));
-                         } else {  // a node: its edges in sorted order
-                           const int32_t* order = m == tp::kOut ? order_r : order_s;
-                           const int32_t* range = m == tp::kOut ? range_r : range_s;
-                           if (!factors.factored) {
-                             for (int32_t q = range[i]; q < range[i + 1]; ++q) {
-                               add_edge(order[q], weights(order[q]));
-                             }
-                           } else {
-                             for (int64_t q0 = range[i]; q0 < range[i + 1]; q0 += kChunk) {
-                               const int64_t n = std::min<int64_t>(kChunk, range[i + 1] - q0);
-                               for (int64_t j = 0; j < n; ++j) {
-                                 h_rows[j] = factors.h + order[q0 + j] * factors.k;
-                               }
-                               EdgeWeights(h_rows.data(), n, factors.k, factors.kernel,
-                                           d[tp::kW], made.data());
-                               for (int64_t j = 0; j < n; ++j) {
-                                 add_edge(order[q0 + j], made.data() + j * d[tp::kW]);
-                               }
-                             }
-                           }
+  // One edge per result row (y's and w's cotangents): rows of equal cost, split evenly.
+  if (m == tp::kY || m == tp::kW) {
+    return ParallelFor(pool, n_rows, Grain(per_edge, e, n_rows),
+                       [=](int64_t begin, int64_t end) {
+                         TpRows<T> row(owned->attrs, table);
+                         for (int64_t i = begin; i < end; ++i) {
+                           row.Reset();
+                           row.AddMinor(x_minor ? x_minor->data() + snd[i] * d[tp::kX] : nullptr,
+                                        slot[tp::kY] ? slot[tp::kY] + i * d[tp::kY] : nullptr,
+                                        slot[tp::kW] ? slot[tp::kW] + i * d[tp::kW] : nullptr,
+                                        o_minor ? o_minor->data() + rcv[i] * d[tp::kOut]
+                                                : nullptr);
+                           row.Store(result + i * d[m]);
                          }
-                         row.Store(result + i * d[m]);
-                       }
-                     });
+                       });
+  }
+  // Node rows (the result by receiver, x's cotangent by sender): the runs cut into tasks of at
+  // most conv::kTaskEdges edges (jaxext/kernels/conv_tasks.h), handed out on demand, then each cut
+  // node's pieces added in order.
+  const int32_t* order = m == tp::kOut ? order_r : order_s;
+  const int32_t* range = m == tp::kOut ? range_r : range_s;
+  const int64_t task_edges = conv::kTaskEdges;
+  auto tasks = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(n_rows + 1));
+  (*tasks)[0] = 0;
+  for (int64_t i = 0; i < n_rows; ++i) {
+    (*tasks)[i + 1] = (*tasks)[i] + conv::RunTasks(range[i + 1] - range[i], task_edges);
+  }
+  const int64_t n_tasks = (*tasks)[n_rows];
+  const int64_t width = d[m];
+  auto partial = std::make_shared<std::vector<T>>(
+      static_cast<size_t>((n_tasks - n_rows) * width));
+  // Tasks per hand-out: ~the grain's work, at ~task_edges edges each at most.
+  const int64_t per_task =
+      per_edge * std::max<int64_t>(1, std::min<int64_t>(task_edges, e / std::max<int64_t>(
+                                                                       1, n_tasks)));
+  const int64_t block = std::max<int64_t>(1, 200000 / std::max<int64_t>(1, per_task));
+  auto run = [=](int64_t begin, int64_t end) {
+    TpRows<T> row(owned->attrs, table);
+    auto add_edge = [&](int64_t k, const T* w) {  // edge k's four rows
+      const T* no = nullptr;
+      row.AddMinor(x_minor ? x_minor->data() + snd[k] * d[tp::kX] : no,
+                   slot[tp::kY] ? slot[tp::kY] + k * d[tp::kY] : no, w,
+                   o_minor ? o_minor->data() + rcv[k] * d[tp::kOut] : no);
+    };
+    std::vector<const T*> h_rows;
+    std::vector<T> made;
+    if (factors.factored) {
+      h_rows.resize(kChunk);
+      made.resize(static_cast<size_t>(kChunk * d[tp::kW]));
+    }
+    for (int64_t t = begin; t < end; ++t) {
+      const conv::Task task = conv::FindTask(tasks->data(), range, n_rows, t, task_edges);
+      row.Reset();
+      if (!factors.factored) {
+        for (int64_t q = task.begin; q < task.end; ++q) {
+          add_edge(order[q], slot[tp::kW] ? slot[tp::kW] + order[q] * d[tp::kW] : nullptr);
+        }
+      } else {
+        for (int64_t q0 = task.begin; q0 < task.end; q0 += kChunk) {
+          const int64_t n = std::min<int64_t>(kChunk, task.end - q0);
+          for (int64_t j = 0; j < n; ++j) h_rows[j] = factors.h + order[q0 + j] * factors.k;
+          EdgeWeights(h_rows.data(), n, factors.k, factors.kernel, d[tp::kW], made.data());
+          for (int64_t j = 0; j < n; ++j) add_edge(order[q0 + j], made.data() + j * d[tp::kW]);
+        }
+      }
+      row.Store(task.slot < 0 ? result + task.node * width : partial->data() + task.slot * width);
+    }
+  };
+  // Each cut node: its partial rows, then its own row (its last piece), added in that order.
+  auto join = [=]() {
+    if (n_tasks == n_rows) return;  // nothing cut
+    std::vector<T> sum(static_cast<size_t>(width));
+    for (int64_t i = 0; i < n_rows; ++i) {
+      const int64_t pieces = (*tasks)[i + 1] - (*tasks)[i];
+      if (pieces <= 1) continue;
+      const T* p = partial->data() + conv::FirstSlot(tasks->data(), i) * width;
+      std::copy(p, p + width, sum.begin());
+      for (int64_t j = 1; j + 1 < pieces; ++j) {
+        for (int64_t c = 0; c < width; ++c) sum[c] += p[j * width + c];
+      }
+      T* own = result + i * width;
+      for (int64_t c = 0; c < width; ++c) own[c] = sum[c] + own[c];
+    }
+  };
+  return ParallelForDynamic(pool, n_tasks, block, run, join);
 }
 
 template <typename T>

@@ -100,14 +100,18 @@ xla::ffi::Future ParallelForReduce(xla::ffi::ThreadPool& pool, int64_t n, int64_
 
 // Runs fn(begin, end) over [0, n) in blocks of `block` indices handed out on demand: for work whose
 // cost varies a lot between indices (one ODE trajectory per index), no thread waits on another's
-// static share. The calling thread works too; at most threads + 1 workers.
-template <typename F>
-xla::ffi::Future ParallelForDynamic(xla::ffi::ThreadPool& pool, int64_t n, int64_t block, F fn) {
+// static share. The calling thread works too; at most threads + 1 workers. Then then() once, on
+// whichever worker ends last, before the future completes (a pass over what every block wrote);
+// it runs even when a block failed, and the first failing block's error completes the future.
+template <typename F, typename G>
+xla::ffi::Future ParallelForDynamic(xla::ffi::ThreadPool& pool, int64_t n, int64_t block, F fn,
+                                    G then) {
   block = std::max<int64_t>(1, block);
   const int64_t blocks = (n + block - 1) / block;
-  const int64_t workers = std::min<int64_t>(pool.num_threads() + 1, blocks);
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads() + 1, blocks));
   auto next = std::make_shared<std::atomic<int64_t>>(0);
-  auto work = [fn, next, n, block]() mutable -> xla::ffi::Error {
+  auto left = std::make_shared<std::atomic<int64_t>>(workers);
+  auto work = [fn, then, next, left, n, block]() mutable -> xla::ffi::Error {
     xla::ffi::Error first = xla::ffi::Error::Success();
     for (;;) {
       const int64_t begin = next->fetch_add(block);
@@ -115,6 +119,7 @@ xla::ffi::Future ParallelForDynamic(xla::ffi::ThreadPool& pool, int64_t n, int64
       xla::ffi::Error err = CallChunk(fn, begin, std::min(n, begin + block));
       if (err.failure() && !first.failure()) first = std::move(err);
     }
+    if (left->fetch_sub(1) == 1) then();  // every other worker is done
     return first;
   };
   if (workers <= 1) {
@@ -127,6 +132,11 @@ xla::ffi::Future ParallelForDynamic(xla::ffi::ThreadPool& pool, int64_t n, int64
   }
   done.CountDown(1, work());
   return xla::ffi::Future(done);
+}
+
+template <typename F>
+xla::ffi::Future ParallelForDynamic(xla::ffi::ThreadPool& pool, int64_t n, int64_t block, F fn) {
+  return ParallelForDynamic(pool, n, block, std::move(fn), [] {});
 }
 
 }  // namespace cpu

@@ -25,19 +25,25 @@ ffi::Error Invalid(const std::string& what) {
   cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,                 \
       ffi::AnyBuffer senders, ffi::AnyBuffer receivers, ffi::AnyBuffer by_recv,              \
       ffi::AnyBuffer recv_ranges, ffi::AnyBuffer by_send, ffi::AnyBuffer send_ranges,        \
-      ffi::Result<ffi::AnyBuffer> out, int64_t mode, ffi::Span<const int64_t> dims,          \
+      ffi::AnyBuffer tasks, ffi::Result<ffi::AnyBuffer> out,                                 \
+      ffi::Result<ffi::AnyBuffer> partial, int64_t mode, ffi::Span<const int64_t> dims,      \
       ffi::Span<const int64_t> paths, ffi::Span<const int64_t> cg_i,                         \
       ffi::Span<const int64_t> cg_j, ffi::Span<const int64_t> cg_k,                          \
       ffi::Span<const double> cg_v, int64_t n_paths, int64_t n_entries,                      \
-      ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms
+      ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms, int64_t task_edges
 
+// tasks, partial, task_edges: the node rows cut into tasks (jaxext/kernels/conv_tasks.h), made
+// by the lowering from the result's node ranges (by receiver for the result, by sender for x's
+// cotangent); partial: the cut pieces' rows, (rows, width) in the result's dtype.
 template <typename T>
 ffi::Error ConvTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
                      ffi::AnyBuffer senders, ffi::AnyBuffer receivers, ffi::AnyBuffer by_recv,
                      ffi::AnyBuffer recv_ranges, ffi::AnyBuffer by_send,
-                     ffi::AnyBuffer send_ranges, ffi::Result<ffi::AnyBuffer> out,
-                     const TpAttrs& attrs) {
-  for (ffi::AnyBuffer* ids : {&senders, &receivers, &by_recv, &recv_ranges, &by_send, &send_ranges}) {
+                     ffi::AnyBuffer send_ranges, ffi::AnyBuffer tasks,
+                     ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> partial,
+                     int64_t task_edges, const TpAttrs& attrs) {
+  for (ffi::AnyBuffer* ids :
+       {&senders, &receivers, &by_recv, &recv_ranges, &by_send, &send_ranges, &tasks}) {
     if (ids->element_type() != ffi::DataType::S32) return Invalid("int32 indices");
   }
   const int m = attrs.mode;
@@ -73,6 +79,18 @@ ffi::Error ConvTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   g.n_senders = s;
   g.n_receivers = r;
   g.n_edges = e;
+  if (m == tp::kOut || m == tp::kX) {  // node rows: cut into tasks
+    const int64_t width = attrs.dims[m];
+    if (task_edges < 1 || static_cast<int64_t>(tasks.element_count()) != ops.rows + 1 ||
+        partial->element_type() != out->element_type() ||
+        (width > 0 && static_cast<int64_t>(partial->element_count()) % width != 0)) {
+      return Invalid("the tasks disagree with the graph");
+    }
+    g.tasks = tasks.typed_data<int32_t>();
+    g.partial = partial->untyped_data();
+    g.partial_rows = width > 0 ? static_cast<int64_t>(partial->element_count()) / width : 0;
+    g.task_edges = task_edges;
+  }
   return RunTp<T>(stream, m, *tables, ops, g, kOp);
 }
 
@@ -86,10 +104,10 @@ ffi::Error ConvImpl(JAXEXT_CONV_CUDA_PARAMS) {
   switch (out->element_type()) {
     case ffi::DataType::F32:
       return ConvTyped<float>(stream, a, b, c, senders, receivers, by_recv, recv_ranges, by_send,
-                              send_ranges, out, attrs);
+                              send_ranges, tasks, out, partial, task_edges, attrs);
     case ffi::DataType::F64:
       return ConvTyped<double>(stream, a, b, c, senders, receivers, by_recv, recv_ranges, by_send,
-                               send_ranges, out, attrs);
+                               send_ranges, tasks, out, partial, task_edges, attrs);
     default:
       return Invalid("float32 or float64 only");
   }
@@ -122,7 +140,9 @@ ffi::Error ConvInitializeImpl(JAXEXT_CONV_CUDA_PARAMS) {
       .Arg<ffi::AnyBuffer>()                            \
       .Arg<ffi::AnyBuffer>()                            \
       .Arg<ffi::AnyBuffer>()                            \
-      .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS
+      .Arg<ffi::AnyBuffer>()                            \
+      .Ret<ffi::AnyBuffer>()                            \
+      .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS.Attr<int64_t>("task_edges")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCudaInitialize, ConvInitializeImpl,
                               JAXEXT_CONV_CUDA_BINDING(ffi::ExecutionStage::kInitialize));

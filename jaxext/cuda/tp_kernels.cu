@@ -9,6 +9,7 @@
 
 #include "jaxext/common/tp_fast_path.h"
 #include "jaxext/cuda/grid.h"
+#include "jaxext/kernels/conv_tasks.h"
 #include "jaxext/kernels/tp.h"
 
 namespace jaxext {
@@ -16,6 +17,60 @@ namespace cuda {
 namespace {
 
 constexpr int kTpThreads = 64;
+
+// An edge naming a node out of range makes the whole result NaN (the CPU raises instead): the
+// ranges then do not run from 0 to the edges. So do tasks not made for these ranges (they come
+// from the lowering; this only keeps a wrong set from indexing past the partial rows).
+__device__ bool GraphBad(const TpGraph& g, int64_t rows, bool node_rows) {
+  if (g.senders == nullptr) return false;
+  bool bad = g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
+             g.send_ranges[0] != 0 || g.send_ranges[g.n_senders] != g.n_edges;
+  if (node_rows && g.tasks != nullptr) {
+    bad = bad || g.tasks[0] != 0 ||
+          static_cast<int64_t>(g.tasks[rows]) - rows > g.partial_rows;
+  }
+  return bad;
+}
+
+// Node rows: how many tasks, task t, and the row it writes (conv_tasks.h).
+__device__ int64_t NodeTasks(const TpGraph& g, int64_t rows) {
+  return g.tasks == nullptr ? rows : static_cast<int64_t>(g.tasks[rows]);
+}
+
+__device__ conv::Task NodeTask(const TpGraph& g, int64_t rows, int64_t t) {
+  if (g.tasks == nullptr) return conv::Task{t, g.ranges[t], g.ranges[t + 1], -1, 1};
+  return conv::FindTask(g.tasks, g.ranges, rows, t, g.task_edges);
+}
+
+template <typename T>
+__device__ T* TaskRow(const TpGraph& g, const TpOperands<T>& ops, const conv::Task& k,
+                      int64_t width) {
+  return k.slot < 0 ? ops.result + k.node * width : static_cast<T*>(g.partial) + k.slot * width;
+}
+
+// Each cut node's result: its partial rows, then its own row (its last piece), added in that
+// order. One block per node (strided), its threads over the row.
+template <typename T>
+__global__ void ConvJoinKernel(const __grid_constant__ TpGraph g, T* result, int64_t rows,
+                               int64_t width) {
+  if (GraphBad(g, rows, true)) return;  // every row is NaN already
+  const T* partial = static_cast<const T*>(g.partial);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t pieces = static_cast<int64_t>(g.tasks[r + 1]) - g.tasks[r];
+    if (pieces <= 1) continue;
+    const int64_t first = conv::FirstSlot(g.tasks, r);
+    const bool inside = first >= 0 && first + pieces - 1 <= g.partial_rows;
+    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+      if (!inside) {  // not from the lowering's tasks
+        result[r * width + c] = T(NAN);
+        continue;
+      }
+      T sum = partial[first * width + c];
+      for (int64_t j = 1; j + 1 < pieces; ++j) sum += partial[(first + j) * width + c];
+      result[r * width + c] = sum + result[r * width + c];
+    }
+  }
+}
 
 // The contribution of one set of rows (x, y, w, o: e3nn layout) to `acc` (the result row, e3nn
 // layout), for the elements this thread owns.
@@ -82,12 +137,14 @@ __global__ void __launch_bounds__(kTpThreads * kTpGroups)
   const int64_t width = d[kMode];
   const bool lane_rows = kMode == tp::kY && use_shared;
   const int64_t stride = width + 1;
-  // An edge naming a node out of range makes the whole result NaN (the CPU raises instead).
-  const bool bad = g.senders != nullptr &&
-                   (g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
-                    g.send_ranges[0] != 0 || g.send_ranges[g.n_senders] != g.n_edges);
-  for (int64_t r = blockIdx.x; r < ops.rows; r += gridDim.x) {
-    T* out = ops.result + r * width;
+  const bool node_rows = g.senders != nullptr && (kMode == tp::kOut || kMode == tp::kX);
+  const bool bad = GraphBad(g, ops.rows, node_rows);
+  // Rows, or (node rows) tasks: a node's edges, or a piece of them.
+  const int64_t items = node_rows && !bad ? NodeTasks(g, ops.rows) : ops.rows;
+  for (int64_t r = blockIdx.x; r < items; r += gridDim.x) {
+    conv::Task task{r, 0, 0, -1, 1};
+    if (node_rows && !bad) task = NodeTask(g, ops.rows, r);
+    T* out = node_rows && !bad ? TaskRow(g, ops, task, width) : ops.result + r * width;
     if (bad) {
       for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[c] = T(NAN);
       continue;
@@ -114,8 +171,8 @@ __global__ void __launch_bounds__(kTpThreads * kTpGroups)
       if (group == 0) add(r, r, r);
     } else if (kMode == tp::kY || kMode == tp::kW) {  // one edge per result row
       if (group == 0) add(g.senders[r], r, g.receivers[r]);
-    } else {  // a node: its edges in sorted order, interleaved over the groups
-      for (int32_t q = g.ranges[r] + group; q < g.ranges[r + 1]; q += groups) {
+    } else {  // a node: its (task's) edges in sorted order, interleaved over the groups
+      for (int64_t q = task.begin + group; q < task.end; q += groups) {
         const int32_t k = g.order[q];
         add(g.senders[k], k, g.receivers[k]);
       }
@@ -303,20 +360,24 @@ __global__ void __launch_bounds__(kTpWarp * kTpFastWarps)
   auto row = [&](int s, int64_t r) -> const T* {
     return ops.slot[s] == nullptr ? nullptr : ops.slot[s] + r * d[s];
   };
-  // An edge naming a node out of range makes the whole result NaN (the CPU raises instead).
-  const bool bad = g.senders != nullptr &&
-                   (g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
-                    g.send_ranges[0] != 0 || g.send_ranges[g.n_senders] != g.n_edges);
-  if (g.senders != nullptr && (kMode == tp::kOut || kMode == tp::kX)) {  // node rows
-    for (int64_t r = blockIdx.x; r < ops.rows; r += gridDim.x) {
-      T* out = ops.result + r * width;
-      if (bad) {
+  const bool node_rows = g.senders != nullptr && (kMode == tp::kOut || kMode == tp::kX);
+  const bool bad = GraphBad(g, ops.rows, node_rows);
+  if (node_rows) {
+    if (bad) {
+      for (int64_t r = blockIdx.x; r < ops.rows; r += gridDim.x) {
+        T* out = ops.result + r * width;
         for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[c] = T(NAN);
-        continue;
       }
+      return;
+    }
+    // One task per block (strided): a node's edges, or a piece of them (conv_tasks.h).
+    const int64_t n_tasks = NodeTasks(g, ops.rows);
+    for (int64_t t = blockIdx.x; t < n_tasks; t += gridDim.x) {
+      const conv::Task task = NodeTask(g, ops.rows, t);
+      T* out = TaskRow(g, ops, task, width);
       for (int64_t c = lane; c < width; c += kTpWarp) acc[c] = T(0);
       __syncwarp();
-      for (int32_t q = g.ranges[r] + warp; q < g.ranges[r + 1]; q += warps) {
+      for (int64_t q = task.begin + warp; q < task.end; q += warps) {
         const int32_t k = g.order[q];
         TpFastEdge<T, kMode>(f, row(tp::kX, g.senders[k]), row(tp::kY, k), row(tp::kW, k),
                              row(tp::kOut, g.receivers[k]), acc, M, lane);
@@ -376,7 +437,10 @@ bool LaunchTpFast(cudaStream_t stream, int mode, const TpFast<T>& f, const TpOpe
   if (fit < 1) return false;
   const int warps = static_cast<int>(std::min<int64_t>(kTpFastWarps, fit));
   const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);
-  const int64_t blocks_wanted = node_rows ? ops.rows : (ops.rows + warps - 1) / warps;
+  // Node rows: a block per task, at most rows + partial_rows of them.
+  const int64_t blocks_wanted =
+      node_rows ? ops.rows + (g.tasks != nullptr ? g.partial_rows : 0)
+                : (ops.rows + warps - 1) / warps;
   const unsigned blocks = GridBlocks(blocks_wanted);
   const unsigned threads = static_cast<unsigned>(kTpWarp * warps);
   const size_t shared = static_cast<size_t>(warps * warp_bytes);
@@ -397,16 +461,16 @@ bool LaunchTpFast(cudaStream_t stream, int mode, const TpFast<T>& f, const TpOpe
   return true;
 }
 
-}  // namespace
-
+// The product's kernel (the per-path one where it applies); for a convolution's node rows cut
+// into tasks, LaunchTp then joins the cut nodes' pieces.
 template <typename T>
-cudaError_t LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
-                     const TpOperands<T>& ops, const TpGraph& g) {
-  if (ops.rows == 0 || ops.dims[mode] == 0) return cudaSuccess;  // no elements
+cudaError_t LaunchTpRows(cudaStream_t stream, int mode, const TpTables<T>& t,
+                         const TpOperands<T>& ops, const TpGraph& g) {
   if (LaunchTpFast<T>(stream, mode, t.fast, ops, g)) return cudaGetLastError();
-  const unsigned blocks = GridBlocks(ops.rows);
-  const int64_t row_bytes = ops.dims[mode] * static_cast<int64_t>(sizeof(T));
   const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);
+  const unsigned blocks =
+      GridBlocks(ops.rows + (node_rows && g.tasks != nullptr ? g.partial_rows : 0));
+  const int64_t row_bytes = ops.dims[mode] * static_cast<int64_t>(sizeof(T));
   int groups = node_rows ? kTpGroups : 1;
   while (groups > 1 && groups * row_bytes > kTpSharedLimit) --groups;
   // Accumulator rows: one per group, or (y cotangent) one per lane, padded by one element.
@@ -431,6 +495,20 @@ cudaError_t LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
       TpKernel<T, tp::kW><<<blocks, threads, shared, stream>>>(t, ops, g, flag);
       break;
   }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
+                     const TpOperands<T>& ops, const TpGraph& g) {
+  if (ops.rows == 0 || ops.dims[mode] == 0) return cudaSuccess;  // no elements
+  if (cudaError_t err = LaunchTpRows<T>(stream, mode, t, ops, g); err != cudaSuccess) return err;
+  const bool node_rows = g.senders != nullptr && (mode == tp::kOut || mode == tp::kX);
+  if (!node_rows || g.tasks == nullptr || g.partial_rows == 0) return cudaSuccess;  // none cut
+  ConvJoinKernel<T><<<GridBlocks(ops.rows, 4), 128, 0, stream>>>(g, ops.result, ops.rows,
+                                                                 ops.dims[mode]);
   return cudaGetLastError();
 }
 

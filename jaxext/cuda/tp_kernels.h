@@ -14,6 +14,11 @@
 // deterministic, no atomics. The y cotangent sums over channels, so there a thread owns y
 // components instead and loops over u itself. Node rows split their edges over thread groups
 // (see kTpGroups in tp_kernels.cu).
+//
+// A convolution's node rows are tasks (jaxext/kernels/conv_tasks.h): a node's edges, or, for a
+// run longer than task_edges (a hub, or jax-md's padding node), a piece of them written to a
+// partial row; a join kernel then adds each cut node's pieces in order. Both kernels run one task
+// per block.
 #ifndef JAXEXT_CUDA_TP_KERNELS_H_
 #define JAXEXT_CUDA_TP_KERNELS_H_
 
@@ -64,6 +69,14 @@ struct TpGraph {
   const int32_t* recv_ranges = nullptr;  // n_receivers + 1
   const int32_t* send_ranges = nullptr;  // n_senders + 1
   int64_t n_senders = 0, n_receivers = 0, n_edges = 0;
+  // A convolution's node rows cut into tasks of at most task_edges edges (conv_tasks.h): `tasks`
+  // the running task counts (rows + 1, made by the Python lowering from `ranges`), `partial` the
+  // rows (of the result's width and type) of the pieces but each node's last, partial_rows of
+  // them. Null tasks: one task per node row.
+  const int32_t* tasks = nullptr;
+  void* partial = nullptr;
+  int64_t partial_rows = 0;
+  int64_t task_edges = 0;
 };
 
 template <typename T>
