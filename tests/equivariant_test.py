@@ -1116,8 +1116,16 @@ def test_cuda_lowering():
   text = _export_cuda(grad, x, w, vec)
   for target in _TARGETS:
     assert f"@{target}" in text, target
-  # the node rows' tasks: the cut size as an attribute, the pieces' rows a second result
-  assert re.search(r"@jaxext_conv\(.*task_edges = 128", text)
+  # the node rows' tasks: a tenth operand, the cut size as an attribute, and a second result
+  # for the pieces' partial rows (edges // 128 of them: none for these 60 edges) in the node
+  # modes, an empty one in the edge modes
+  conv_lines = [line for line in text.splitlines() if "@jaxext_conv(" in line]
+  assert conv_lines
+  for line in conv_lines:
+    operands = re.search(r"@jaxext_conv\(([^()]*)\)", line).group(1)
+    assert operands.count("%") == 10, line
+    assert "task_edges = 128" in line, line
+    assert re.search(r"-> \(tensor<\d+x\d+xf64>, tensor<0x\d+xf64>\)", line), line
   calls = re.findall(r"@jaxext_(conv|tensor_product)\(.*?mode = (\d+)", text)
   for op in ("conv", "tensor_product"):
     modes = {int(m) for o, m in calls if o == op}

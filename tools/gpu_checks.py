@@ -1047,6 +1047,14 @@ def equivariant_checks(check, gpu, cpu, best, report, rng, small=False, peers=Fa
       r32, c32 = err(g(*on(gpu, *ins)), ref), err(g(*on(cpu, *ins)), ref)
       check(f"equivariant gpu: runs cut into tasks ({ixo}), float32 as accurate as the cpu's",
             r32 <= 3 * c32 + 1e-6, f"relative to float64: gpu {r32:.3g}, cpu {c32:.3g}")
+      if gpu.platform != "cpu":  # an out-of-range receiver: NaN everywhere, cut nodes included
+        far_r = hub_rcv.copy()
+        far_r[0] = hub_nodes + 3
+        sh = eq.spherical_harmonics(iyy, vec)
+        h = a(jax.jit(lambda r, ixo=ixo, iyy=iyy, sh=sh: eq.conv(
+            xs, sh, ws, hub_snd, r, hub_nodes, ixo, iyy, ixo))(jax.device_put(far_r, gpu)))
+        check(f"equivariant gpu: runs cut into tasks ({ixo}), an out-of-range receiver makes "
+              "the result NaN", bool(np.isnan(h).all()))
     except Exception as e:  # noqa: BLE001 - reported; the benchmarks below still run
       check(f"equivariant gpu: runs cut into tasks ({ixo}) ran", False, repr(e)[:1000])
 

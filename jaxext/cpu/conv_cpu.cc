@@ -218,7 +218,8 @@ ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_i
       made.resize(static_cast<size_t>(kChunk * d[tp::kW]));
     }
     for (int64_t t = begin; t < end; ++t) {
-      const conv::Task task = conv::FindTask(tasks->data(), range, n_rows, t, task_edges);
+      const conv::Task task =
+          conv::FindTask(tasks->data(), range, n_rows, n_tasks - n_rows, t, task_edges);
       row.Reset();
       if (!factors.factored) {
         for (int64_t q = task.begin; q < task.end; ++q) {

@@ -19,8 +19,9 @@ namespace {
 constexpr int kTpThreads = 64;
 
 // An edge naming a node out of range makes the whole result NaN (the CPU raises instead): the
-// ranges then do not run from 0 to the edges. So do tasks not made for these ranges (they come
-// from the lowering; this only keeps a wrong set from indexing past the partial rows).
+// ranges then do not run from 0 to the edges. The tasks come from the lowering (made from these
+// ranges); a set with more pieces than partial rows also gives NaN, so that none is written past
+// them.
 __device__ bool GraphBad(const TpGraph& g, int64_t rows, bool node_rows) {
   if (g.senders == nullptr) return false;
   bool bad = g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
@@ -39,7 +40,8 @@ __device__ int64_t NodeTasks(const TpGraph& g, int64_t rows) {
 
 __device__ conv::Task NodeTask(const TpGraph& g, int64_t rows, int64_t t) {
   if (g.tasks == nullptr) return conv::Task{t, g.ranges[t], g.ranges[t + 1], -1, 1};
-  return conv::FindTask(g.tasks, g.ranges, rows, t, g.task_edges);
+  return conv::FindTask(g.tasks, g.ranges, rows, static_cast<int64_t>(g.tasks[rows]) - rows, t,
+                        g.task_edges);
 }
 
 template <typename T>
@@ -54,6 +56,7 @@ template <typename T>
 __global__ void ConvJoinKernel(const __grid_constant__ TpGraph g, T* result, int64_t rows,
                                int64_t width) {
   if (GraphBad(g, rows, true)) return;  // every row is NaN already
+  if (g.tasks[rows] == rows) return;     // nothing cut (the common case)
   const T* partial = static_cast<const T*>(g.partial);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t pieces = static_cast<int64_t>(g.tasks[r + 1]) - g.tasks[r];

@@ -246,7 +246,7 @@ def node_tasks(ranges, task_edges=TASK_EDGES):
   """conv_tasks.h's running task counts (nodes + 1, int32, from 0) of a node order's ranges: one
   task per run of at most task_edges edges (an empty one included), else one per task_edges."""
   runs = ranges[1:] - ranges[:-1]
-  count = jnp.where(runs <= task_edges, 1, (runs + (task_edges - 1)) // task_edges)
+  count = jnp.where(runs <= task_edges, 1, (runs - 1) // task_edges + 1)  # no int32 overflow
   return jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(count, dtype=jnp.int32)])
 
 
@@ -260,21 +260,24 @@ def _lowering(ctx, *args, mode, key, platform, checked):
   if platform == "cpu":  # the CPU handler checks the graph and raises, and cuts the runs itself
     call = jax.ffi.ffi_call("jaxext_conv", out)
     return compat.lower_fun(lambda *xs: (call(*xs, **attrs),), multiple_results=True)(ctx, *args)
-  # CUDA: the node rows' tasks, and rows for the pieces of the cut runs (at most edges / TASK_EDGES:
-  # each extra piece has TASK_EDGES edges), a second result dropped here.
+  # CUDA: the node rows' tasks, and the partial rows of the cut runs' pieces (at most
+  # edges // TASK_EDGES: each extra piece has TASK_EDGES edges), a second result dropped here.
   edges = ctx.avals_in[3].shape[0]  # senders
-  pieces = edges // TASK_EDGES if mode in _NODE_SLOTS else 0
-  call = jax.ffi.ffi_call("jaxext_conv", (out, jax.ShapeDtypeStruct((pieces, aval.shape[1]),
+  partial_rows = edges // TASK_EDGES if mode in _NODE_SLOTS else 0
+  call = jax.ffi.ffi_call("jaxext_conv", (out, jax.ShapeDtypeStruct((partial_rows, aval.shape[1]),
                                                                       aval.dtype)))
 
   def cuda(a, b, c, snd, rcv, by_recv, recv_ranges, by_send, send_ranges):
     if checked:
       # A kernel cannot raise, and the CUDA kernel trusts the graph: an inconsistent one (conv_p
       # bound directly; conv() always makes consistent ones) takes the kernel's NaN path, which
-      # reads nothing but the ranges' ends, by a receiver range not starting at 0.
+      # reads nothing but the ranges' ends and the tasks' (first and last), by a receiver range
+      # not starting at 0.
       ok = graph_is_consistent(snd, rcv, by_recv, recv_ranges, by_send, send_ranges)
       recv_ranges = recv_ranges.at[0].set(jnp.where(ok, recv_ranges[0], 1))
-    tasks = node_tasks(send_ranges if mode == X else recv_ranges)
+    # (the edge rows of y's and w's cotangents have no tasks: one entry the handler ignores)
+    tasks = (node_tasks(send_ranges if mode == X else recv_ranges) if mode in _NODE_SLOTS
+             else jnp.zeros(1, jnp.int32))
     result, _ = call(a, b, c, snd, rcv, by_recv, recv_ranges, by_send, send_ranges, tasks,
                      task_edges=np.int64(TASK_EDGES), **attrs)
     return (result,)

@@ -16,8 +16,9 @@
 // Deterministic: every task sums its edges as an uncut run would, and the pieces are added in a
 // fixed order; a run of at most task_edges edges is summed exactly as before.
 //
-// The partial rows needed: sum over nodes of (pieces - 1) < edges / task_edges (each extra piece
-// holds task_edges edges), so PartialRows(edges, task_edges) rows always suffice.
+// The partial rows needed: a run of n > task_edges edges has floor((n - 1) / task_edges) extra
+// pieces, <= floor(n / task_edges), so their sum is <= floor(edges / task_edges) =
+// PartialRows(edges, task_edges) (equal for one run of task_edges + 1 edges).
 #ifndef JAXEXT_KERNELS_CONV_TASKS_H_
 #define JAXEXT_KERNELS_CONV_TASKS_H_
 
@@ -54,11 +55,15 @@ struct Task {
 
 // Task t (0 <= t < tasks[nodes]) of the tasks of nodes [0, nodes): a binary search for the last
 // node whose first task is at or before t. `tasks` must be as above (tasks[0] = 0, each node's
-// count RunTasks of its run); `ranges` the same nodes' runs.
+// count RunTasks of its run); `ranges` the same nodes' runs; `extra` = tasks[nodes] - nodes.
+// Since r <= tasks[r] <= r + extra, task t's node lies in [t - extra, t]: with nothing cut
+// (extra = 0) no search at all, and log2(extra + 1) steps otherwise.
 template <typename TaskInt, typename RangeInt>
-JAXEXT_HD_FUNC Task FindTask(const TaskInt* tasks, const RangeInt* ranges, int64_t nodes, int64_t t,
-                             int64_t task_edges) {
-  int64_t lo = 0, hi = nodes;  // tasks[lo] <= t < tasks[hi]
+JAXEXT_HD_FUNC Task FindTask(const TaskInt* tasks, const RangeInt* ranges, int64_t nodes,
+                             int64_t extra, int64_t t, int64_t task_edges) {
+  // tasks[lo] <= t < tasks[hi]: tasks[t - extra] <= t, and tasks[t + 1] >= t + 1.
+  int64_t lo = t - extra > 0 ? t - extra : 0;
+  int64_t hi = t + 1 < nodes ? t + 1 : nodes;
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
     if (static_cast<int64_t>(tasks[mid]) <= t) {
