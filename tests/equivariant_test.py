@@ -873,11 +873,11 @@ def test_conv_factored_weights_cotangents_in_one_walk_by_sender(dtype, k):
   # Differentiated, the factored result's cotangents of x, y, h and kernel come from one handler
   # that walks each sender's edges in chunks of 48 (jaxext_conv_factored_bwd: the weights made
   # per chunk, their cotangent contracted with the kernel and with h at once), so that no
-  # (edges x weights) array is made. Senders with 0, 1, 47, 48, 49 and
-  # 100 edges; every subset of cotangents asked for; against e3nn-jax's unfused product with the
-  # weights made first, in float64.
+  # (edges x weights) array is made. Senders with 0, 1, 47, 48, 49, 100 edges, and 129 and
+  # 300 (runs cut into tasks of 128 edges, conv_tasks.h); every subset of cotangents asked for;
+  # against e3nn-jax's unfused product with the weights made first, in float64.
   ix, iy, io = "8x0e+8x1o+8x2e", "0e+1o+2e", "8x0e+8x1o+8x2e"  # 88 weights
-  counts = [0, 1, 47, 48, 49, 100]
+  counts = [0, 1, 47, 48, 49, 100, 129, 300]
   rng = np.random.default_rng(70)
   snd = rng.permutation(np.repeat(np.arange(len(counts)), counts))
   edges, nodes = snd.size, len(counts)  # k: a hidden layer narrower and wider than a chunk

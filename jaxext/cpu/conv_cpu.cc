@@ -143,6 +143,36 @@ inline int64_t Grain(int64_t per_edge, int64_t edges, int64_t rows) {
   return std::max<int64_t>(1, 200000 / per_row);
 }
 
+// The node runs of `range` (rows of them) cut into tasks (jaxext/kernels/conv_tasks.h): the
+// running task counts, rows + 1.
+inline std::shared_ptr<const std::vector<int64_t>> NodeTasks(const int32_t* range, int64_t rows) {
+  auto tasks = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(rows + 1));
+  (*tasks)[0] = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    (*tasks)[i + 1] = (*tasks)[i] + conv::RunTasks(range[i + 1] - range[i], conv::kTaskEdges);
+  }
+  return tasks;
+}
+
+// Each cut node's row: its partial rows, then its own row (its last piece), added in that order.
+template <typename T>
+void JoinPieces(const std::vector<int64_t>& tasks, int64_t rows, int64_t width, const T* partial,
+                T* result) {
+  if (tasks[rows] == rows) return;  // nothing cut
+  std::vector<T> sum(static_cast<size_t>(width));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t pieces = tasks[i + 1] - tasks[i];
+    if (pieces <= 1) continue;
+    const T* p = partial + conv::FirstSlot(tasks.data(), i) * width;
+    std::copy(p, p + width, sum.begin());
+    for (int64_t j = 1; j + 1 < pieces; ++j) {
+      for (int64_t c = 0; c < width; ++c) sum[c] += p[j * width + c];
+    }
+    T* own = result + i * width;
+    for (int64_t c = 0; c < width; ++c) own[c] = sum[c] + own[c];
+  }
+}
+
 template <typename T>
 ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_in[4],
                     WeightFactors<T> factors, T* result, const TpAttrs& attrs) {
@@ -189,11 +219,7 @@ ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_i
   const int32_t* order = m == tp::kOut ? order_r : order_s;
   const int32_t* range = m == tp::kOut ? range_r : range_s;
   const int64_t task_edges = conv::kTaskEdges;
-  auto tasks = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(n_rows + 1));
-  (*tasks)[0] = 0;
-  for (int64_t i = 0; i < n_rows; ++i) {
-    (*tasks)[i + 1] = (*tasks)[i] + conv::RunTasks(range[i + 1] - range[i], task_edges);
-  }
+  const auto tasks = NodeTasks(range, n_rows);
   const int64_t n_tasks = (*tasks)[n_rows];
   const int64_t width = d[m];
   auto partial = std::make_shared<std::vector<T>>(
@@ -236,22 +262,7 @@ ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_i
       row.Store(task.slot < 0 ? result + task.node * width : partial->data() + task.slot * width);
     }
   };
-  // Each cut node: its partial rows, then its own row (its last piece), added in that order.
-  auto join = [=]() {
-    if (n_tasks == n_rows) return;  // nothing cut
-    std::vector<T> sum(static_cast<size_t>(width));
-    for (int64_t i = 0; i < n_rows; ++i) {
-      const int64_t pieces = (*tasks)[i + 1] - (*tasks)[i];
-      if (pieces <= 1) continue;
-      const T* p = partial->data() + conv::FirstSlot(tasks->data(), i) * width;
-      std::copy(p, p + width, sum.begin());
-      for (int64_t j = 1; j + 1 < pieces; ++j) {
-        for (int64_t c = 0; c < width; ++c) sum[c] += p[j * width + c];
-      }
-      T* own = result + i * width;
-      for (int64_t c = 0; c < width; ++c) own[c] = sum[c] + own[c];
-    }
-  };
+  auto join = [=]() { JoinPieces(*tasks, n_rows, width, partial->data(), result); };
   return ParallelForDynamic(pool, n_tasks, block, run, join);
 }
 
@@ -352,84 +363,117 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
   const int64_t modes = (dx != nullptr) + (dy != nullptr) + want_dw;
   const int64_t per_edge = attrs.n_entries * 8 * modes +
                            k * d[tp::kW] * (want_w + (dh != nullptr) + (dk != nullptr));
-  const int64_t grain = Grain(per_edge, e, s);
   const int64_t kw = k * d[tp::kW];
-  // Each block's partial dk (k x weights), made when the block runs.
-  auto partials = std::make_shared<std::vector<std::vector<T>>>(
-      dk != nullptr ? static_cast<size_t>(pool.num_threads() + 1) : 0);
-  auto block = [=](int64_t b, int64_t begin, int64_t end) {
+  // Each sender's run cut into tasks (conv_tasks.h); x's cotangent joined from the pieces as the
+  // forward's rows are. The tasks come in groups of ~10 grains of work (32 to 4096 edges), fixed
+  // by the graph, the irreps and the cotangents asked for, each group with its own partial dk
+  // (k x weights), added in group order at the end: dk's rounding does not depend on the
+  // threads. Groups are handed out on demand.
+  const auto tasks = NodeTasks(range_s, s);
+  const int64_t n_tasks = (*tasks)[s];
+  const int64_t group_edges =
+      std::clamp<int64_t>(2000000 / std::max<int64_t>(1, per_edge), 32, 4096);
+  auto groups = std::make_shared<std::vector<int64_t>>(1, 0);  // each group's first task
+  {
+    int64_t t = 0, acc = 0;
+    for (int64_t i = 0; i < s; ++i) {
+      const int64_t pieces = (*tasks)[i + 1] - (*tasks)[i];
+      for (int64_t p = 0; p < pieces; ++p, ++t) {
+        const int64_t begin = range_s[i] + p * conv::kTaskEdges;
+        const int64_t end = p + 1 == pieces ? range_s[i + 1] : begin + conv::kTaskEdges;
+        acc += 1 + (end - begin);  // a row's own cost, about an edge's
+        if (acc >= group_edges) {
+          groups->push_back(t + 1);
+          acc = 0;
+        }
+      }
+    }
+    if (groups->back() != n_tasks) groups->push_back(n_tasks);
+  }
+  const int64_t n_groups = static_cast<int64_t>(groups->size()) - 1;
+  auto dx_partial = std::make_shared<std::vector<T>>(
+      dx != nullptr ? static_cast<size_t>((n_tasks - s) * d[tp::kX]) : 0);
+  auto dk_partial = std::make_shared<std::vector<T>>(
+      dk != nullptr ? static_cast<size_t>(n_groups * kw) : 0);
+  auto run = [=](int64_t group_begin, int64_t group_end) {
     TpRows<T> row_x(m->x, tx), row_y(m->y, ty), row_w(m->w, tw);
     std::vector<const T*> rows(std::max<int64_t>(kChunk, k));
     std::vector<T> made, dw, dh_chunk, h_t, dk_chunk;
     if (want_w) made.resize(static_cast<size_t>(kChunk * d[tp::kW]));
     if (want_dw) dw.resize(static_cast<size_t>(kChunk * d[tp::kW]));
     if (dh != nullptr) dh_chunk.resize(static_cast<size_t>(kChunk * k));
-    T* dk_block = nullptr;
     if (dk != nullptr) {
-      (*partials)[b].assign(static_cast<size_t>(kw), T(0));
-      dk_block = (*partials)[b].data();
       h_t.resize(static_cast<size_t>(k * kChunk));
       dk_chunk.resize(static_cast<size_t>(kw));
     }
-    for (int64_t i = begin; i < end; ++i) {
-      const T* xm = x_minor ? x_minor->data() + i * d[tp::kX] : nullptr;
-      if (dx != nullptr) row_x.Reset();
-      for (int64_t q0 = range_s[i]; q0 < range_s[i + 1]; q0 += kChunk) {
-        const int64_t n = std::min<int64_t>(kChunk, range_s[i + 1] - q0);
-        const int32_t* edges = order_s + q0;
-        if (want_w) {
-          for (int64_t j = 0; j < n; ++j) rows[j] = h + edges[j] * k;
-          EdgeWeights(rows.data(), n, k, kernel, d[tp::kW], made.data());
-        }
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t q = edges[j];
-          const T* om = o_minor->data() + rcv[q] * d[tp::kOut];
-          const T* yq = y + q * d[tp::kY];
-          const T* wq = want_w ? made.data() + j * d[tp::kW] : nullptr;
-          if (dx != nullptr) row_x.AddMinor(nullptr, yq, wq, om);
-          if (dy != nullptr) {
-            row_y.Reset();
-            row_y.AddMinor(xm, nullptr, wq, om);
-            row_y.Store(dy + q * d[tp::kY]);
+    for (int64_t b = group_begin; b < group_end; ++b) {
+      T* dk_group = dk != nullptr ? dk_partial->data() + b * kw : nullptr;
+      if (dk_group != nullptr) std::fill(dk_group, dk_group + kw, T(0));
+      for (int64_t t = (*groups)[b]; t < (*groups)[b + 1]; ++t) {
+        const conv::Task task =
+            conv::FindTask(tasks->data(), range_s, s, n_tasks - s, t, conv::kTaskEdges);
+        const int64_t i = task.node;
+        const T* xm = x_minor ? x_minor->data() + i * d[tp::kX] : nullptr;
+        if (dx != nullptr) row_x.Reset();
+        for (int64_t q0 = task.begin; q0 < task.end; q0 += kChunk) {
+          const int64_t n = std::min<int64_t>(kChunk, task.end - q0);
+          const int32_t* edges = order_s + q0;
+          if (want_w) {
+            for (int64_t j = 0; j < n; ++j) rows[j] = h + edges[j] * k;
+            EdgeWeights(rows.data(), n, k, kernel, d[tp::kW], made.data());
           }
-          if (want_dw) {
-            row_w.Reset();
-            row_w.AddMinor(xm, yq, nullptr, om);
-            row_w.Store(dw.data() + j * d[tp::kW]);
-          }
-        }
-        if (dh != nullptr) {
-          for (int64_t j = 0; j < n; ++j) rows[j] = dw.data() + j * d[tp::kW];
-          EdgeWeights(rows.data(), n, d[tp::kW], kernel_t->data(), k, dh_chunk.data());
           for (int64_t j = 0; j < n; ++j) {
-            std::copy(dh_chunk.begin() + j * k, dh_chunk.begin() + (j + 1) * k,
-                      dh + static_cast<int64_t>(edges[j]) * k);
+            const int64_t q = edges[j];
+            const T* om = o_minor->data() + rcv[q] * d[tp::kOut];
+            const T* yq = y + q * d[tp::kY];
+            const T* wq = want_w ? made.data() + j * d[tp::kW] : nullptr;
+            if (dx != nullptr) row_x.AddMinor(nullptr, yq, wq, om);
+            if (dy != nullptr) {
+              row_y.Reset();
+              row_y.AddMinor(xm, nullptr, wq, om);
+              row_y.Store(dy + q * d[tp::kY]);
+            }
+            if (want_dw) {
+              row_w.Reset();
+              row_w.AddMinor(xm, yq, nullptr, om);
+              row_w.Store(dw.data() + j * d[tp::kW]);
+            }
+          }
+          if (dh != nullptr) {
+            for (int64_t j = 0; j < n; ++j) rows[j] = dw.data() + j * d[tp::kW];
+            EdgeWeights(rows.data(), n, d[tp::kW], kernel_t->data(), k, dh_chunk.data());
+            for (int64_t j = 0; j < n; ++j) {
+              std::copy(dh_chunk.begin() + j * k, dh_chunk.begin() + (j + 1) * k,
+                        dh + static_cast<int64_t>(edges[j]) * k);
+            }
+          }
+          if (dk_group != nullptr && kw > 0) {  // dk += h^T dw: (k x n) times (n x weights)
+            for (int64_t j = 0; j < n; ++j) {
+              for (int64_t q = 0; q < k; ++q) h_t[q * n + j] = h[edges[j] * k + q];
+            }
+            for (int64_t q = 0; q < k; ++q) rows[q] = h_t.data() + q * n;
+            EdgeWeights(rows.data(), k, n, dw.data(), d[tp::kW], dk_chunk.data());
+            for (int64_t c = 0; c < kw; ++c) dk_group[c] += dk_chunk[c];
           }
         }
-        if (dk != nullptr && kw > 0) {  // dk += h^T dw: (k x n) times (n x weights)
-          for (int64_t j = 0; j < n; ++j) {
-            for (int64_t q = 0; q < k; ++q) h_t[q * n + j] = h[edges[j] * k + q];
-          }
-          for (int64_t q = 0; q < k; ++q) rows[q] = h_t.data() + q * n;
-          EdgeWeights(rows.data(), k, n, dw.data(), d[tp::kW], dk_chunk.data());
-          for (int64_t c = 0; c < kw; ++c) dk_block[c] += dk_chunk[c];
+        if (dx != nullptr) {
+          row_x.Store(task.slot < 0 ? dx + i * d[tp::kX]
+                                    : dx_partial->data() + task.slot * d[tp::kX]);
         }
       }
-      if (dx != nullptr) row_x.Store(dx + i * d[tp::kX]);
     }
   };
-  if (dk == nullptr) {
-    return ParallelFor(pool, s, grain,
-                       [block](int64_t begin, int64_t end) { block(0, begin, end); });
-  }
-  return ParallelForReduce(pool, s, grain, block,
-                           [partials, dk, kw](int64_t blocks) {
-                             std::fill(dk, dk + kw, T(0));
-                             for (int64_t b = 0; b < blocks; ++b) {
-                               const std::vector<T>& p = (*partials)[b];
-                               for (int64_t c = 0; c < kw; ++c) dk[c] += p[c];
-                             }
-                           });
+  auto finish = [=]() {
+    if (dx != nullptr) JoinPieces(*tasks, s, d[tp::kX], dx_partial->data(), dx);
+    if (dk != nullptr) {
+      std::fill(dk, dk + kw, T(0));
+      for (int64_t b = 0; b < n_groups; ++b) {
+        const T* p = dk_partial->data() + b * kw;
+        for (int64_t c = 0; c < kw; ++c) dk[c] += p[c];
+      }
+    }
+  };
+  return ParallelForDynamic(pool, n_groups, 1, run, finish);
 }
 
 template <typename T>
