@@ -5,7 +5,10 @@ edges in a fixed order, gathering sender features and adding the tensor product 
 jaxext/kernels/tp.h straight into the receiver's row: deterministic, no atomics. As for
 tensor_product, one primitive `conv_p` has four modes (the result is x, the edge harmonics y, the
 edge weights w, or out) that are each other's JVPs and transposes: node results (out by receiver,
-x's cotangent by sender) add their edges in sorted order, edge results are per edge.
+x's cotangent by sender) add their edges in sorted order, edge results are per edge. A node's run
+of more than TASK_EDGES edges (a hub; jax-md's padding node) is cut into tasks run side by side,
+whose sums are added in a fixed order (jaxext/kernels/conv_tasks.h): the same bits on every run,
+for any number of threads.
 """
 
 from __future__ import annotations
