@@ -4,7 +4,7 @@
 // each sorted edge position covered exactly once, each piece inside its node's run, every piece
 // but a node's last exactly task_edges long and in its own partial row (unique, below
 // PartialRows, FirstSlot + piece), the last in the node's own row; a run of n > task_edges edges
-// cut into ceil(n / task_edges) tasks, a shorter or empty one into one.
+// cut into ceil(n / task_edges) tasks, a shorter or empty one into one; and the join's order.
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -71,6 +71,13 @@ int main() {
   std::vector<int64_t> padded(300, 34);
   padded.push_back(2576);
   CheckGraph(padded, 128);
+  // JoinElement adds the partial rows in order, then the own row: ((1e17 + 1) - 1e17) + 1 = 1,
+  // where the sum in reverse, or with the own row first, gives 0 (element 1 of rows of width 2).
+  {
+    const double partial[] = {0, 1e17, 0, 1.0, 0, -1e17};
+    EXPECT_EQ(conv::JoinElement(partial, 0, 4, 2, 1, 1.0), 1);
+    EXPECT_EQ(conv::JoinElement(partial, 1, 2, 2, 1, 5.0), 6);  // one partial row, then own
+  }
   for (int g = 0; g < 3000; ++g) {
     const int64_t nodes = static_cast<int64_t>(rng() % 12);
     std::vector<int64_t> runs(static_cast<size_t>(nodes));

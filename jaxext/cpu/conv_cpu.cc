@@ -159,17 +159,14 @@ template <typename T>
 void JoinPieces(const std::vector<int64_t>& tasks, int64_t rows, int64_t width, const T* partial,
                 T* result) {
   if (tasks[rows] == rows) return;  // nothing cut
-  std::vector<T> sum(static_cast<size_t>(width));
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t pieces = tasks[i + 1] - tasks[i];
     if (pieces <= 1) continue;
-    const T* p = partial + conv::FirstSlot(tasks.data(), i) * width;
-    std::copy(p, p + width, sum.begin());
-    for (int64_t j = 1; j + 1 < pieces; ++j) {
-      for (int64_t c = 0; c < width; ++c) sum[c] += p[j * width + c];
-    }
+    const int64_t first = conv::FirstSlot(tasks.data(), i);
     T* own = result + i * width;
-    for (int64_t c = 0; c < width; ++c) own[c] = sum[c] + own[c];
+    for (int64_t c = 0; c < width; ++c) {
+      own[c] = conv::JoinElement(partial, first, pieces, width, c, own[c]);
+    }
   }
 }
 
@@ -224,11 +221,7 @@ ffi::Future ConvRun(ffi::ThreadPool& pool, const Graph& g, const T* const slot_i
   const int64_t width = d[m];
   auto partial = std::make_shared<std::vector<T>>(
       static_cast<size_t>((n_tasks - n_rows) * width));
-  // Tasks per hand-out: ~the grain's work, at ~task_edges edges each at most.
-  const int64_t per_task =
-      per_edge * std::max<int64_t>(1, std::min<int64_t>(task_edges, e / std::max<int64_t>(
-                                                                       1, n_tasks)));
-  const int64_t block = std::max<int64_t>(1, 200000 / std::max<int64_t>(1, per_task));
+  const int64_t block = Grain(per_edge, e, n_tasks);  // tasks per hand-out
   auto run = [=](int64_t begin, int64_t end) {
     TpRows<T> row(owned->attrs, table);
     auto add_edge = [&](int64_t k, const T* w) {  // edge k's four rows
@@ -374,22 +367,16 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
   const int64_t group_edges =
       std::clamp<int64_t>(2000000 / std::max<int64_t>(1, per_edge), 32, 4096);
   auto groups = std::make_shared<std::vector<int64_t>>(1, 0);  // each group's first task
-  {
-    int64_t t = 0, acc = 0;
-    for (int64_t i = 0; i < s; ++i) {
-      const int64_t pieces = (*tasks)[i + 1] - (*tasks)[i];
-      for (int64_t p = 0; p < pieces; ++p, ++t) {
-        const int64_t begin = range_s[i] + p * conv::kTaskEdges;
-        const int64_t end = p + 1 == pieces ? range_s[i + 1] : begin + conv::kTaskEdges;
-        acc += 1 + (end - begin);  // a row's own cost, about an edge's
-        if (acc >= group_edges) {
-          groups->push_back(t + 1);
-          acc = 0;
-        }
-      }
+  for (int64_t t = 0, acc = 0; t < n_tasks; ++t) {
+    const conv::Task task =
+        conv::FindTask(tasks->data(), range_s, s, n_tasks - s, t, conv::kTaskEdges);
+    acc += 1 + (task.end - task.begin);  // a row's own cost, about an edge's
+    if (acc >= group_edges) {
+      groups->push_back(t + 1);
+      acc = 0;
     }
-    if (groups->back() != n_tasks) groups->push_back(n_tasks);
   }
+  if (groups->back() != n_tasks) groups->push_back(n_tasks);
   const int64_t n_groups = static_cast<int64_t>(groups->size()) - 1;
   auto dx_partial = std::make_shared<std::vector<T>>(
       dx != nullptr ? static_cast<size_t>((n_tasks - s) * d[tp::kX]) : 0);

@@ -64,13 +64,9 @@ __global__ void ConvJoinKernel(const __grid_constant__ TpGraph g, T* result, int
     const int64_t first = conv::FirstSlot(g.tasks, r);
     const bool inside = first >= 0 && first + pieces - 1 <= g.partial_rows;
     for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
-      if (!inside) {  // not from the lowering's tasks
-        result[r * width + c] = T(NAN);
-        continue;
-      }
-      T sum = partial[first * width + c];
-      for (int64_t j = 1; j + 1 < pieces; ++j) sum += partial[(first + j) * width + c];
-      result[r * width + c] = sum + result[r * width + c];
+      T& own = result[r * width + c];
+      own = inside ? conv::JoinElement(partial, first, pieces, width, c, own)
+                   : T(NAN);  // not from the lowering's tasks
     }
   }
 }

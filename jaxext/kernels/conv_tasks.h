@@ -89,6 +89,16 @@ JAXEXT_HD_FUNC int64_t FirstSlot(const TaskInt* tasks, int64_t r) {
   return static_cast<int64_t>(tasks[r]) - r;
 }
 
+// Element c of a cut node's result (pieces > 1): its partial rows from `first` (rows of `width`),
+// then `own` (its last piece's sum), added in that order, the order both platforms use.
+template <typename T>
+JAXEXT_HD_FUNC T JoinElement(const T* partial, int64_t first, int64_t pieces, int64_t width,
+                             int64_t c, T own) {
+  T sum = partial[first * width + c];
+  for (int64_t j = 1; j + 1 < pieces; ++j) sum += partial[(first + j) * width + c];
+  return sum + own;
+}
+
 }  // namespace conv
 }  // namespace jaxext
 
