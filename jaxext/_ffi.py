@@ -8,6 +8,10 @@ Alternatively, `JAXEXT_HANDLER_LIBRARIES="cpu=/path/libjaxext_cpu_handlers.so,CU
 registers the handlers from plain shared libraries (`ffi_handler_library` targets) through ctypes
 instead: no Python ABI inside them, so they load in any CPython (used by tools/gpu_checks.py on
 machines whose Python differs from the build's).
+
+Tests only: `JAXEXT_CUDA_EMULATION=/path/libjaxext_cuda_emu_handlers.so` registers the CUDA
+handlers built to run on the CPU (tests/cuda_emu) as the CPU's, in place of the CPU's own, and
+jaxext._jax_compat then lowers every op the CUDA way: a CPU process runs what a GPU would.
 """
 
 from __future__ import annotations
@@ -88,8 +92,12 @@ def _register(name: str, handler, platform: str) -> None:
   jax.ffi.register_ffi_target(name, handler, platform=platform, api_version=1)
 
 
-def _register_library(platform: str, path: str) -> list[str]:
+def _register_library(platform: str, path: str, on: str | None = None) -> list[str]:
+  """The handlers of `platform` in the library at `path`, registered for XLA's platform `on`
+  (default: `platform`; the emulation's CUDA handlers: "cpu", where those it lacks are skipped)."""
   lib = ctypes.CDLL(os.path.abspath(path))
+  emulated = on is not None and on != platform
+  on = on or platform
   _libraries[platform] = lib
   if platform == "cpu":
     for symbol in ("JaxextRegisterNativeFunction", "JaxextRegisterNativeLanes"):
@@ -97,18 +105,23 @@ def _register_library(platform: str, path: str) -> list[str]:
       fn.argtypes, fn.restype = [ctypes.c_int64, ctypes.c_size_t], ctypes.c_int
   names = []
   for name, symbol in _SYMBOLS.items():
-    fn = getattr(lib, symbol.format("Cpu" if platform == "cpu" else "Cuda"))
-    _register(name, jax.ffi.pycapsule(fn), platform)
+    symbol = symbol.format("Cpu" if platform == "cpu" else "Cuda")
+    if emulated and not hasattr(lib, symbol):
+      continue
+    _register(name, jax.ffi.pycapsule(getattr(lib, symbol)), on)
     names.append(name)
   for name, platforms in _STAGED_SYMBOLS.items():
     staged = platforms.get("cpu" if platform == "cpu" else "cuda")
     if staged is None:
       continue
+    symbols = {"": staged} if isinstance(staged, str) else staged
+    if emulated and not all(hasattr(lib, s) for s in symbols.values()):
+      continue
     if isinstance(staged, str):
       handler = jax.ffi.pycapsule(getattr(lib, staged))
     else:
       handler = {stage: jax.ffi.pycapsule(getattr(lib, s)) for stage, s in staged.items()}
-    _register(name, handler, platform)
+    _register(name, handler, on)
     names.append(name)
   return names
 
@@ -117,6 +130,10 @@ def register_all() -> dict[str, tuple[str, ...]]:
   """Registers every available FFI target once; returns {platform: target names}."""
   with _lock:
     if _registered:
+      return _registered
+    emulation = os.environ.get("JAXEXT_CUDA_EMULATION", "")
+    if emulation:
+      _registered["CUDA"] = tuple(sorted(_register_library("CUDA", emulation, on="cpu")))
       return _registered
     libraries = os.environ.get("JAXEXT_HANDLER_LIBRARIES", "")
     if libraries:

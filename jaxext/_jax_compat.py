@@ -22,6 +22,7 @@ Supported: jax 0.10.0 (the FFI floor) through 0.12.x; `tests/compat_test.py` che
 
 from __future__ import annotations
 
+import os
 import re
 
 import jax
@@ -67,6 +68,13 @@ def batch_axis_to_front(x, dim, size: int):
   return jnp.moveaxis(x, dim, 0)
 
 
+# JAXEXT_CUDA_EMULATION (tests only; tests/cuda_emu/README.md): the CUDA handlers, built to run on
+# the CPU, are registered as the CPU's (jaxext/_ffi.py), and every primitive with a CUDA lowering
+# lowers that way on the CPU too, so that a CPU process runs what a GPU would.
+_CUDA_ON_CPU = bool(os.environ.get("JAXEXT_CUDA_EMULATION"))
+_cuda_lowered: set = set()
+
+
 def register_lowering(prim, rule, platform: str | None, *, partitioned: bool = False) -> None:
   """Registers `rule` as `prim`'s lowering on `platform` (None: every platform).
 
@@ -75,6 +83,16 @@ def register_lowering(prim, rule, platform: str | None, *, partitioned: bool = F
   ShardingContext then has no device assignment, and custom_partitioning fails), and caches
   lowerings across device assignments. jax has no public switch for either (0.10 .. 0.12).
   """
+  if _CUDA_ON_CPU:
+    if platform == "cuda":
+      _cuda_lowered.add(prim)
+      _register_lowering(prim, rule, "cpu", partitioned)
+    elif platform == "cpu" and prim in _cuda_lowered:
+      return
+  _register_lowering(prim, rule, platform, partitioned)
+
+
+def _register_lowering(prim, rule, platform, partitioned):
   if not partitioned:
     mlir.register_lowering(prim, rule, platform=platform)
     return

@@ -530,6 +530,49 @@ def cuda_device_code(name, src, variants, hdrs = [], deps = [], capabilities = N
         **kwargs
     )
 
+def cuda_emulated_library(name, srcs, hdrs = [], deps = [], **kwargs):
+    """jaxext's CUDA sources built to run on the CPU (tests/cuda_emu/README.md): `.cu` files
+    rewritten as C++ by tests/cuda_emu/rewrite.py, `.cc` handlers as they are, every source with
+    the emulation's device.h and ffi_stream.h force-included and its cuda_runtime_api.h in place
+    of CUDA's. No CUDA toolkit is needed: it builds in every configuration."""
+    emu = Label("//tests/cuda_emu:runtime")
+    rewrite = Label("//tests/cuda_emu:rewrite.py")
+    python = Label("@jaxext_python//:python3")
+    root = emu.workspace_root  # "" in jaxext itself, external/<name> where it is a dependency
+    headers = (root + "/" if root else "") + emu.package + "/"
+    cc_srcs = []
+    for src in srcs:
+        if not src.endswith(".cu"):
+            cc_srcs.append(src)
+            continue
+        base = src.split(":")[-1].split("/")[-1][:-len(".cu")]
+        out = "%s_emu/%s.cc" % (name, base)
+        native.genrule(
+            name = "%s_%s_rewritten" % (name, base),
+            srcs = [src],
+            outs = [out],
+            cmd = "$(location %s) $(location %s) $< $@" % (python, rewrite),
+            tools = [python, rewrite],
+            visibility = ["//visibility:private"],
+        )
+        cc_srcs.append(":" + out)
+    cc_library(
+        name = name,
+        srcs = cc_srcs,
+        hdrs = hdrs,
+        copts = KERNEL_COPTS + OPTIMIZE_COPTS + [
+            "-include",
+            headers + "device.h",
+            "-include",
+            headers + "ffi_stream.h",
+            "-Wno-unknown-pragmas",  # nvcc's `#pragma unroll`
+        ],
+        linkstatic = True,
+        alwayslink = True,
+        deps = deps + [emu],
+        **kwargs
+    )
+
 def ffi_handler_library(name, deps, **kwargs):
     """`<name>.so`: a plain shared library exporting the C symbols of the FFI handlers in `deps`.
 

@@ -88,7 +88,7 @@ ffi::Error TransitVjpImpl(cudaStream_t stream, ffi::Buffer<dtype> t, ffi::Buffer
       err.failure()) {
     return err;
   }
-  int64_t blocks;
+  int64_t blocks = 0;
   if (ffi::Error err = GetTransitVjpBlocks(shape, block, t.element_count(), ct.element_count(),
                                            ct_q->element_count(), ct_u->element_count(), &blocks);
       err.failure()) {

@@ -1,0 +1,367 @@
+// The emulation's scheduler (device.h explains the model) and runtime (cuda_runtime_api.h).
+#include <sys/mman.h>
+#include <unistd.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "tests/cuda_emu/device.h"
+
+namespace jaxext_emu {
+
+thread_local Thread* self = nullptr;
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr unsigned kMaxThreads = 1024;
+constexpr size_t kMaxDynamicShared = 48 * 1024;
+// Per fiber: kernels keep small arrays in registers (up to 7 x 7 doubles a path); frames of
+// unoptimised or sanitised builds are larger.
+constexpr size_t kStackBytes = 256 * 1024;
+
+thread_local cudaError_t last_error = cudaSuccess;
+
+void Fail(cudaError_t err, const char* what) {
+  if (last_error == cudaSuccess) last_error = err;
+  std::fprintf(stderr, "jaxext CUDA emulation: %s\n", what);
+}
+
+enum class State { kReady, kBlockBarrier, kWarpBarrier, kDone };
+
+// Switching between fibers. On x86-64 a few instructions (the callee-saved registers, the SSE and
+// x87 control words, the stack pointer); glibc's swapcontext also saves the signal mask, a system
+// call per switch, which made the emulated equivariant tests spend half their time in the kernel.
+#if defined(__x86_64__)
+extern "C" void jaxext_emu_switch(void** save_sp, void* load_sp);
+extern "C" void jaxext_emu_start();
+asm(R"(
+  .text
+  .p2align 4
+  .globl jaxext_emu_switch
+  .hidden jaxext_emu_switch
+  .type jaxext_emu_switch, @function
+jaxext_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size jaxext_emu_switch, .-jaxext_emu_switch
+
+  .p2align 4
+  .globl jaxext_emu_start
+  .hidden jaxext_emu_start
+  .type jaxext_emu_start, @function
+jaxext_emu_start:
+  andq $-16, %rsp
+  callq *%r12
+  ud2
+  .size jaxext_emu_start, .-jaxext_emu_start
+)");
+
+struct Context {
+  void* sp = nullptr;
+};
+
+// A fresh context on [stack, stack + bytes) that calls entry() (which never returns).
+void MakeContext(Context* c, void* stack, size_t bytes, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack) + bytes;
+  top &= ~uintptr_t{15};
+  auto* frame = reinterpret_cast<uint64_t*>(top) - 9;
+  const uint32_t mxcsr = 0x1f80;  // the defaults: every exception masked, round to nearest
+  const uint16_t fcw = 0x037f;
+  std::memcpy(&frame[0], &mxcsr, 4);
+  std::memcpy(reinterpret_cast<char*>(&frame[0]) + 4, &fcw, 2);
+  frame[1] = 0;                                              // r15
+  frame[2] = 0;                                              // r14
+  frame[3] = 0;                                              // r13
+  frame[4] = reinterpret_cast<uint64_t>(entry);              // r12
+  frame[5] = 0;                                              // rbx
+  frame[6] = 0;                                              // rbp
+  frame[7] = reinterpret_cast<uint64_t>(&jaxext_emu_start);  // return address
+  frame[8] = 0;
+  c->sp = frame;
+}
+
+void Switch(Context* from, Context* to) { jaxext_emu_switch(&from->sp, to->sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+
+void MakeContext(Context* c, void* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = bytes;
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, entry, 0);
+}
+
+void Switch(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+#endif
+
+// A fiber's stack: mapped once per thread slot and reused, a guard page below it.
+struct Stack {
+  void* base = nullptr;
+  size_t bytes = 0;
+  Stack() {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    bytes = kStackBytes + page;
+    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+      std::perror("jaxext CUDA emulation: mmap");
+      std::abort();
+    }
+    mprotect(base, page, PROT_NONE);
+  }
+  ~Stack() { munmap(base, bytes); }
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+};
+
+struct Fiber {
+  Context ctx;
+  Thread thread;
+  State state = State::kReady;
+  int warp = 0, lane = 0;
+  std::unique_ptr<Stack> stack;
+};
+
+// One block being run on this OS thread.
+struct Block {
+  std::vector<Fiber> fibers;
+  Context main;
+  int current = -1;
+  void (*body)(void*) = nullptr;
+  void* arg = nullptr;
+  std::vector<unsigned char> shared;
+  std::vector<uint64_t> exchange;  // kWarp slots per warp
+};
+
+thread_local Block* running = nullptr;
+thread_local std::vector<std::unique_ptr<Stack>> stack_pool;
+
+void FiberMain() {
+  Block* b = running;
+  b->body(b->arg);
+  Fiber& f = b->fibers[b->current];
+  f.state = State::kDone;
+  Switch(&f.ctx, &b->main);  // never resumed
+  std::abort();
+}
+
+// The running fiber waits in `state` until the scheduler releases it.
+void Wait(State state) {
+  Block* b = running;
+  if (b == nullptr) {
+    std::fprintf(stderr, "jaxext CUDA emulation: a barrier outside a kernel\n");
+    std::abort();
+  }
+  Fiber& f = b->fibers[b->current];
+  f.state = state;
+  Switch(&f.ctx, &b->main);
+}
+
+// Runs every thread of the block at `block_idx`; false if its threads deadlocked.
+bool RunBlock(Block& b, dim3 grid, dim3 block, dim3 block_idx) {
+  const size_t n = b.fibers.size();
+  for (size_t i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[i];
+    f.state = State::kReady;
+    f.thread.block_idx = block_idx;
+    f.thread.block_dim = block;
+    f.thread.grid_dim = grid;
+    f.thread.thread_idx = dim3(static_cast<unsigned>(i % block.x),
+                               static_cast<unsigned>(i / block.x % block.y),
+                               static_cast<unsigned>(i / (block.x * block.y)));
+    f.warp = static_cast<int>(i / kWarp);
+    f.lane = static_cast<int>(i % kWarp);
+    MakeContext(&f.ctx, static_cast<char*>(f.stack->base) + (f.stack->bytes - kStackBytes),
+                kStackBytes, FiberMain);
+  }
+  // Uninitialised shared memory, as on the device: every byte 0xff (a float or double NaN).
+  std::memset(b.shared.data(), 0xff, b.shared.size());
+  const size_t warps = (n + kWarp - 1) / kWarp;
+  for (;;) {
+    for (size_t i = 0; i < n; ++i) {
+      if (b.fibers[i].state != State::kReady) continue;
+      b.current = static_cast<int>(i);
+      self = &b.fibers[i].thread;
+      Switch(&b.main, &b.fibers[i].ctx);
+    }
+    self = nullptr;
+    b.current = -1;
+    // Every thread is done or waiting: release the warps whose live lanes all wait at the warp
+    // barrier, else the block if every live thread waits at the block barrier.
+    bool released = false, live = false;
+    for (size_t w = 0; w < warps; ++w) {
+      bool all = true, any = false;
+      for (size_t i = w * kWarp; i < n && i < (w + 1) * kWarp; ++i) {
+        const State s = b.fibers[i].state;
+        if (s == State::kDone) continue;
+        any = true;
+        all = all && s == State::kWarpBarrier;
+      }
+      live = live || any;
+      if (any && all) {
+        for (size_t i = w * kWarp; i < n && i < (w + 1) * kWarp; ++i) {
+          if (b.fibers[i].state == State::kWarpBarrier) b.fibers[i].state = State::kReady;
+        }
+        released = true;
+      }
+    }
+    if (!live) return true;
+    if (released) continue;
+    bool all = true;
+    for (const Fiber& f : b.fibers) {
+      all = all && (f.state == State::kDone || f.state == State::kBlockBarrier);
+    }
+    if (!all) return false;
+    for (Fiber& f : b.fibers) {
+      if (f.state == State::kBlockBarrier) f.state = State::kReady;
+    }
+  }
+}
+
+}  // namespace
+
+void SyncThreads() { Wait(State::kBlockBarrier); }
+void SyncWarp() { Wait(State::kWarpBarrier); }
+
+int Lane() { return running->fibers[running->current].lane; }
+
+unsigned char* ExchangeSlot(int lane) {
+  Block* b = running;
+  const int warp = b->fibers[b->current].warp;
+  return reinterpret_cast<unsigned char*>(&b->exchange[static_cast<size_t>(warp) * kWarp + lane]);
+}
+
+unsigned char* DynamicShared() { return running->shared.data(); }
+
+void RunGrid(dim3 grid, dim3 block, size_t shared, void (*body)(void*), void* arg) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > kMaxThreads || block.z > 64 || grid.x == 0 || grid.y == 0 ||
+      grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
+    Fail(cudaErrorInvalidConfiguration, "launch with an invalid configuration");
+    return;
+  }
+  if (shared > kMaxDynamicShared) {
+    Fail(cudaErrorInvalidValue, "launch asking for more than 48 KB of dynamic shared memory");
+    return;
+  }
+  if (running != nullptr) {
+    Fail(cudaErrorLaunchFailure, "a launch from inside a kernel");
+    return;
+  }
+  Block b;
+  b.body = body;
+  b.arg = arg;
+  b.fibers.resize(threads);
+  while (stack_pool.size() < threads) stack_pool.push_back(std::make_unique<Stack>());
+  for (size_t i = 0; i < threads; ++i) b.fibers[i].stack = std::move(stack_pool[i]);
+  b.shared.resize(shared + 16);
+  b.exchange.resize((threads + kWarp - 1) / kWarp * kWarp);
+  running = &b;
+  bool ok = true;
+  for (unsigned z = 0; z < grid.z && ok; ++z) {
+    for (unsigned y = 0; y < grid.y && ok; ++y) {
+      for (unsigned x = 0; x < grid.x && ok; ++x) ok = RunBlock(b, grid, block, dim3(x, y, z));
+    }
+  }
+  running = nullptr;
+  self = nullptr;
+  for (size_t i = 0; i < threads; ++i) stack_pool[i] = std::move(b.fibers[i].stack);
+  if (!ok) Fail(cudaErrorLaunchFailure, "threads of a block wait at different barriers");
+}
+
+}  // namespace jaxext_emu
+
+// --- The runtime ---------------------------------------------------------------------------------
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t err = jaxext_emu::last_error;
+  jaxext_emu::last_error = cudaSuccess;
+  return err;
+}
+
+cudaError_t cudaPeekAtLastError() { return jaxext_emu::last_error; }
+
+const char* cudaGetErrorString(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  // 256-byte aligned, as cudaMalloc's.
+  *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  return *ptr == nullptr ? cudaErrorMemoryAllocation : cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (bytes > 0) std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  return cudaMemset(ptr, value, bytes);
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }

@@ -1,0 +1,180 @@
+"""jaxext's CUDA paths, run on the CPU by the emulation (tests/cuda_emu; this process has
+JAXEXT_CUDA_EMULATION set by its BUILD target): the contracts that differ from the CPU's by design
+(bad indices give NaN: a kernel cannot raise), and the Kepler, limb-darkening and transit kernels
+against independent references. The equivariant ops' numbers are equivariant_cuda_emu_test's."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxext  # noqa: E402
+from jaxext import _ffi  # noqa: E402
+from jaxext import equivariant as eq  # noqa: E402
+
+from tests import limbdark_reference  # noqa: E402
+
+IRREPS = ("8x0e+8x1o+4x2e", "0e+1o+2e", "8x0e+8x1o+8x2e")
+
+
+def _custom_calls(text):
+  return [line for line in text.splitlines() if "stablehlo.custom_call" in line]
+
+
+def test_this_process_runs_the_cuda_paths():
+  # Without the emulation every other test here would check the CPU's handlers: fail instead.
+  assert os.environ.get("JAXEXT_CUDA_EMULATION")
+  registered = _ffi.register_all()
+  assert set(registered) == {"CUDA"}, registered
+  assert {"jaxext_conv", "jaxext_tensor_product", "jaxext_sph", "jaxext_segment_sum",
+          "jaxext_kepler_f64", "jaxext_limbdark_f64", "jaxext_transit_f64"} <= set(
+              registered["CUDA"])
+  # conv lowers as on CUDA: ten operands (the tasks last), the tasks' size as an attribute, and a
+  # second result (the cut runs' partial rows).
+  x, y, w, snd, rcv = _conv_inputs(10, 50, 1)
+  text = jax.jit(lambda a, b, c, s, r: eq.conv(a, b, c, s, r, 10, *IRREPS)).lower(
+      x, y, w, snd, rcv).as_text()
+  calls = [c for c in _custom_calls(text) if "@jaxext_conv(" in c]
+  assert len(calls) == 1 and "task_edges = 128" in calls[0], calls
+  assert calls[0].split("@jaxext_conv(")[1].split(")")[0].count("%") == 10
+  kepler_text = jax.jit(jaxext.kepler).lower(jnp.ones(3), jnp.ones(3) * 0.1).as_text()
+  assert any("@jaxext_kepler_f64" in c for c in _custom_calls(kepler_text))
+
+
+def _conv_inputs(nodes, edges, seed, dtype=np.float64):
+  ix, iy, io = IRREPS
+  rng = np.random.default_rng(seed)
+  snd = rng.integers(0, nodes, edges).astype(np.int32)
+  rcv = rng.integers(0, nodes, edges).astype(np.int32)
+  x = rng.normal(size=(nodes, 8 + 24 + 20)).astype(dtype)
+  y = np.asarray(eq.spherical_harmonics(iy, rng.normal(size=(edges, 3)))).astype(dtype)
+  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  w = rng.normal(size=(edges, nw)).astype(dtype)
+  return x, y, w, snd, rcv
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_conv_bad_node_ids_give_nan_under_jit(dtype):
+  # A receiver or sender out of range: the CPU raises; on CUDA every result element is NaN, in
+  # the forward pass and in every cotangent (x's by sender, y's and w's by edge).
+  x, y, w, snd, rcv = _conv_inputs(20, 300, 2, dtype)
+  conv = jax.jit(lambda a, b, c, s, r: eq.conv(a, b, c, s, r, 20, *IRREPS))
+  good = np.asarray(conv(x, y, w, snd, rcv))
+  assert np.isfinite(good).all()
+  for bad_snd, bad_rcv in ((snd, np.where(np.arange(300) == 7, 20, rcv)),
+                           (np.where(np.arange(300) == 9, -1, snd), rcv)):
+    out = np.asarray(conv(x, y, w, bad_snd, bad_rcv))
+    assert np.isnan(out).all()
+    grads = jax.grad(lambda a, b, c: jnp.sum(conv(a, b, c, bad_snd, bad_rcv)),
+                     argnums=(0, 1, 2))(x, y, w)
+    for g in grads:
+      assert np.isnan(np.asarray(g)).all()
+
+
+def test_exported_conv_p_gives_nan_for_inconsistent_graph_operands():
+  # conv_p is public: graph operands that do not describe senders/receivers take the CUDA
+  # lowering's check, which makes every element NaN (the CPU handler raises instead); operands
+  # of the wrong sizes are the handler's to refuse, on CUDA too.
+  import importlib
+  cm = importlib.import_module("jaxext.equivariant.conv")
+  from jaxext.equivariant import _irreps
+  x, y, w, snd, rcv = _conv_inputs(12, 40, 3)
+  key = tuple(_irreps.parse(i) for i in IRREPS)
+  graph = [np.asarray(g) for g in cm._graph(jnp.asarray(snd), jnp.asarray(rcv), 12, 12)]
+  bind = jax.jit(lambda *g: eq.conv_p.bind(jnp.asarray(x), jnp.asarray(y), jnp.asarray(w), *g,
+                                           mode=cm.OUT, key=key))
+  ref = np.asarray(eq.conv(x, y, w, snd, rcv, 12, *IRREPS))
+  np.testing.assert_array_equal(np.asarray(bind(*graph)), ref)
+  for slot in (2, 4):
+    bad = [g.copy() for g in graph]
+    bad[slot][3] = 10**6  # an edge that does not exist
+    assert np.isnan(np.asarray(bind(*bad))).all()
+    bad = [g.copy() for g in graph]
+    bad[slot + 1][2] = bad[slot + 1][1] - 1  # decreasing ranges
+    assert np.isnan(np.asarray(bind(*bad))).all()
+  short = [g.copy() for g in graph]
+  short[1] = short[1][:-1]
+  with pytest.raises(Exception, match="jaxext equivariant.conv"):
+    jax.block_until_ready(bind(*short))
+
+
+def test_segment_sum_unsorted_or_out_of_range_ids_give_nan():
+  data = np.arange(12.0).reshape(6, 2)
+  ids = np.array([0, 0, 1, 3, 3, 4], np.int32)
+  np.testing.assert_array_equal(np.asarray(eq.segment_sum(data, ids, 5, indices_are_sorted=True)),
+                                [[2, 4], [4, 5], [0, 0], [14, 16], [10, 11]])
+  unsorted = np.array([0, 3, 1, 0, 3, 4], np.int32)
+  out = np.asarray(jax.jit(lambda d, i: eq.segment_sum(d, i, 5, indices_are_sorted=True))(
+      data, unsorted))
+  assert np.isnan(out).all()
+
+
+def test_kepler_against_newton_in_float64_and_float32():
+  rng = np.random.default_rng(4)
+  m = np.concatenate([rng.uniform(-20, 20, 2000), [0.0, np.pi, -np.pi, 2 * np.pi, 1e-300]])
+  e = np.concatenate([rng.uniform(0, 0.999, 2000), [0.0, 0.5, 0.999999, 0.3, 0.9]])
+  # Newton's method in float64 from E = M + e sin M, iterated to convergence (independent).
+  big = np.mod(m, 2 * np.pi)
+  big_e = big + e * np.sin(big)
+  for _ in range(100):
+    big_e = big_e - (big_e - e * np.sin(big_e) - big) / (1 - e * np.cos(big_e))
+  np.testing.assert_allclose(big_e - e * np.sin(big_e), big, atol=1e-13)
+  s, c = jax.jit(jaxext.kepler)(m, e)
+  np.testing.assert_allclose(np.asarray(s), np.sin(big_e), atol=1e-12)
+  np.testing.assert_allclose(np.asarray(c), np.cos(big_e), atol=1e-12)
+  # float32: M = 20 is known to ~1e-6 (its rounding), so sin E to a few times that
+  s, c = jax.jit(jaxext.kepler)(m.astype(np.float32), e.astype(np.float32))
+  assert s.dtype == np.float32
+  np.testing.assert_allclose(np.asarray(s, np.float64), np.sin(big_e), atol=2e-5)
+  np.testing.assert_allclose(np.asarray(c, np.float64), np.cos(big_e), atol=2e-5)
+  s, c = jaxext.kepler(np.array([1.0, 1.0, np.nan]), np.array([1.0, -0.1, 0.5]))
+  assert np.isnan(np.asarray(s)).all() and np.isnan(np.asarray(c)).all()
+
+
+def test_limb_darkening_against_mpmath_and_its_derivatives():
+  rng = np.random.default_rng(5)
+  b = np.concatenate([rng.uniform(0, 1.5, 24), [0.0, 0.1, 0.9, 1.0, 1.1, 0.5, 2.0]])
+  r = np.concatenate([rng.uniform(0.01, 0.3, 24), [0.1, 0.1, 0.1, 0.1, 0.1, 1.5, 0.5]])
+  for u in ([0.4, 0.26], [0.1, 0.2, 0.05, 0.02]):
+    want = np.array([limbdark_reference.relative_flux(bi, ri, u, dps=25) for bi, ri in zip(b, r)])
+    got = np.asarray(jax.jit(jaxext.limb_dark_flux)(b, r, np.asarray(u)))
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    got32 = np.asarray(jaxext.limb_dark_flux(b.astype(np.float32), r.astype(np.float32),
+                                             np.asarray(u, np.float32)))
+    np.testing.assert_allclose(got32, want, atol=2e-6)
+  # the gradient and Hessian kernels against finite differences of the value kernel, at points
+  # away from the contacts (b = 1 -+ r), where the second derivative jumps
+  flux = lambda bb, rr, uu: jaxext.limb_dark_flux(bb, rr, uu)
+  check_grads(flux, (np.array([0.05, 0.3, 0.6, 1.0, 1.02, 0.2]),
+                     np.array([0.1, 0.1, 0.2, 0.1, 0.1, 0.5]), np.array([0.4, 0.26])),
+              order=2, modes=["fwd", "rev"], atol=1e-6, rtol=1e-6)
+
+
+def test_transit_light_curve_against_the_sky_separation_and_mpmath():
+  # A circular orbit: the planet's sky separation is elementary; the flux at each point is the
+  # mpmath reference's (no exposure time: one point each).
+  t = np.linspace(-0.12, 0.12, 25)
+  period, t0, a, r, impact, u = 3.0, 0.01, 9.0, 0.1, 0.3, [0.4, 0.26]
+  got = np.asarray(jax.jit(lambda tt: jaxext.transit_light_curve(
+      tt, period=period, t0=t0, a=a, r=r, u=jnp.asarray(u), impact=impact))(t))
+  phase = 2 * np.pi * (t - t0) / period
+  cos_i = impact / a
+  x, yy = a * np.sin(phase), a * np.cos(phase) * cos_i
+  sep = np.hypot(x, yy)
+  want = np.array([limbdark_reference.relative_flux(s, r, u, dps=25) for s in sep])
+  np.testing.assert_allclose(got, want, atol=1e-10)
+  assert got.min() < 0.99  # the transit is in the window
+  # the derivative kernels (linearised and transposed) against finite differences, inside the
+  # transit (its contacts, where derivatives jump, are 0.045 and 0.056 from t0)
+  inside = t0 + np.linspace(-0.035, 0.035, 9)
+  curve = lambda p, rr, tt0: jaxext.transit_light_curve(
+      inside, period=p, t0=tt0, a=a, r=rr, u=jnp.asarray(u), impact=impact, texp=0.01,
+      oversample=3)
+  # (steps of 1e-6: the truncation error of 1e-4's was 1e-5 of the period's derivative)
+  check_grads(curve, (period, r, t0), order=1, modes=["fwd", "rev"], eps=1e-6, atol=1e-7,
+              rtol=1e-7)
