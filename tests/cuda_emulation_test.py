@@ -103,11 +103,16 @@ def test_exported_conv_p_gives_nan_for_inconsistent_graph_operands():
     jax.block_until_ready(bind(*short))
 
 
-def test_segment_sum_unsorted_or_out_of_range_ids_give_nan():
+def test_segment_sum_drops_out_of_range_ids_and_gives_nan_for_unsorted_ones():
   data = np.arange(12.0).reshape(6, 2)
   ids = np.array([0, 0, 1, 3, 3, 4], np.int32)
   np.testing.assert_array_equal(np.asarray(eq.segment_sum(data, ids, 5, indices_are_sorted=True)),
                                 [[2, 4], [4, 5], [0, 0], [14, 16], [10, 11]])
+  # ids outside [0, 4) are dropped, sorted or not (as jax.ops.segment_sum)
+  for sorted_ids in (True, False):
+    out = eq.segment_sum(data, np.array([-1, 0, 1, 3, 3, 4], np.int32), 4,
+                         indices_are_sorted=sorted_ids)
+    np.testing.assert_array_equal(np.asarray(out), [[2, 3], [4, 5], [0, 0], [14, 16]])
   unsorted = np.array([0, 3, 1, 0, 3, 4], np.int32)
   out = np.asarray(jax.jit(lambda d, i: eq.segment_sum(d, i, 5, indices_are_sorted=True))(
       data, unsorted))

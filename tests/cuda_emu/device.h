@@ -30,9 +30,9 @@
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define __align__(n) alignas(n)
-// A block's static shared memory: blocks run one at a time on one thread (rewrite.py turns
-// `extern __shared__` arrays, the dynamic shared memory, into emulation calls first).
-#define __shared__ static thread_local
+// A block's static shared memory: blocks run one at a time on one thread. rewrite.py turns each
+// `__shared__` array into such a variable poisoned at each block's first use (StaticShared), and
+// `extern __shared__` arrays (the dynamic shared memory) into the block's buffer.
 
 namespace jaxext_emu {
 
@@ -49,6 +49,8 @@ void SyncWarp();
 unsigned char* ExchangeSlot(int lane);
 int Lane();
 unsigned char* DynamicShared();
+// A static __shared__ array of `bytes` at p, reached by a thread: poisoned (0xff) once per block.
+void StaticShared(void* p, size_t bytes);
 
 // Runs body() as every thread of every block of the launch; cudaGetLastError reports failures.
 // body: a callable as void(void*), called with `arg`.
@@ -61,8 +63,8 @@ T ShuffleXor(T v, int lane_mask, int width) {
   std::memcpy(ExchangeSlot(lane), &v, sizeof(T));
   SyncWarp();
   int src = lane ^ lane_mask;
-  // Outside the lane's group of `width` lanes: its own value, as CUDA's.
-  if ((src / width) != (lane / width)) src = lane;
+  // In a later group of `width` lanes than the caller's: its own value, as CUDA's.
+  if (src / width > lane / width) src = lane;
   T out;
   std::memcpy(&out, ExchangeSlot(src), sizeof(T));
   SyncWarp();  // before any lane's next shuffle overwrites its slot

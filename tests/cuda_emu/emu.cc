@@ -16,6 +16,11 @@
 
 #include "tests/cuda_emu/device.h"
 
+#if defined(__x86_64__)
+extern "C" void jaxext_emu_switch(void** save_sp, void* load_sp);
+extern "C" void jaxext_emu_start();
+#endif
+
 namespace jaxext_emu {
 
 thread_local Thread* self = nullptr;
@@ -32,7 +37,7 @@ constexpr size_t kStackBytes = 256 * 1024;
 thread_local cudaError_t last_error = cudaSuccess;
 
 void Fail(cudaError_t err, const char* what) {
-  if (last_error == cudaSuccess) last_error = err;
+  last_error = err;
   std::fprintf(stderr, "jaxext CUDA emulation: %s\n", what);
 }
 
@@ -42,10 +47,8 @@ enum class State { kReady, kBlockBarrier, kWarpBarrier, kDone };
 // x87 control words, the stack pointer); glibc's swapcontext also saves the signal mask, a system
 // call per switch, which made the emulated equivariant tests spend half their time in the kernel.
 #if defined(__x86_64__)
-extern "C" void jaxext_emu_switch(void** save_sp, void* load_sp);
-extern "C" void jaxext_emu_start();
 asm(R"(
-  .text
+  .pushsection .text
   .p2align 4
   .globl jaxext_emu_switch
   .hidden jaxext_emu_switch
@@ -83,6 +86,7 @@ jaxext_emu_start:
   callq *%r12
   ud2
   .size jaxext_emu_start, .-jaxext_emu_start
+  .popsection
 )");
 
 struct Context {
@@ -162,7 +166,14 @@ struct Block {
   void* arg = nullptr;
   std::vector<unsigned char> shared;
   std::vector<uint64_t> exchange;  // kWarp slots per warp
+  uint64_t generation = 0;         // of the block being run (static shared memory's poisoning)
+  const char* fault = nullptr;     // a device-side error: the launch fails
 };
+
+// Static shared memory (rewrite.py registers each array as its kernel first reaches it): the
+// generation of the block that last poisoned it.
+thread_local std::vector<std::pair<void*, uint64_t>> static_shared;
+thread_local uint64_t block_generation = 0;
 
 thread_local Block* running = nullptr;
 thread_local std::vector<std::unique_ptr<Stack>> stack_pool;
@@ -206,10 +217,16 @@ bool RunBlock(Block& b, dim3 grid, dim3 block, dim3 block_idx) {
                 kStackBytes, FiberMain);
   }
   // Uninitialised shared memory, as on the device: every byte 0xff (a float or double NaN).
-  std::memset(b.shared.data(), 0xff, b.shared.size());
+  if (!b.shared.empty()) std::memset(b.shared.data(), 0xff, b.shared.size());
+  b.generation = ++block_generation;
   const size_t warps = (n + kWarp - 1) / kWarp;
-  for (;;) {
-    for (size_t i = 0; i < n; ++i) {
+  // Between two barriers the threads run in thread order, or in reverse order, alternately (and
+  // alternately from block to block): a value read without the barrier that should order it
+  // after its write is then read too early in one of the two.
+  bool reverse = (block_idx.x + block_idx.y + block_idx.z) % 2 == 1;
+  for (;; reverse = !reverse) {
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = reverse ? n - 1 - k : k;
       if (b.fibers[i].state != State::kReady) continue;
       b.current = static_cast<int>(i);
       self = &b.fibers[i].thread;
@@ -259,10 +276,28 @@ int Lane() { return running->fibers[running->current].lane; }
 unsigned char* ExchangeSlot(int lane) {
   Block* b = running;
   const int warp = b->fibers[b->current].warp;
-  return reinterpret_cast<unsigned char*>(&b->exchange[static_cast<size_t>(warp) * kWarp + lane]);
+  const size_t i = static_cast<size_t>(warp) * kWarp + lane;
+  if (i >= b->fibers.size() || b->fibers[i].state == State::kDone) {
+    // Undefined on a device: a lane that has exited, or past the block's last thread.
+    b->fault = "a warp shuffle read a lane that has exited or does not exist";
+  }
+  return reinterpret_cast<unsigned char*>(&b->exchange[i]);
 }
 
 unsigned char* DynamicShared() { return running->shared.data(); }
+
+void StaticShared(void* p, size_t bytes) {
+  for (auto& [q, generation] : static_shared) {
+    if (q != p) continue;
+    if (generation != running->generation) {
+      std::memset(p, 0xff, bytes);
+      generation = running->generation;
+    }
+    return;
+  }
+  std::memset(p, 0xff, bytes);
+  static_shared.emplace_back(p, running->generation);
+}
 
 void RunGrid(dim3 grid, dim3 block, size_t shared, void (*body)(void*), void* arg) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
@@ -285,7 +320,7 @@ void RunGrid(dim3 grid, dim3 block, size_t shared, void (*body)(void*), void* ar
   b.fibers.resize(threads);
   while (stack_pool.size() < threads) stack_pool.push_back(std::make_unique<Stack>());
   for (size_t i = 0; i < threads; ++i) b.fibers[i].stack = std::move(stack_pool[i]);
-  b.shared.resize(shared + 16);
+  b.shared.resize(shared);
   b.exchange.resize((threads + kWarp - 1) / kWarp * kWarp);
   running = &b;
   bool ok = true;
@@ -298,6 +333,7 @@ void RunGrid(dim3 grid, dim3 block, size_t shared, void (*body)(void*), void* ar
   self = nullptr;
   for (size_t i = 0; i < threads; ++i) stack_pool[i] = std::move(b.fibers[i].stack);
   if (!ok) Fail(cudaErrorLaunchFailure, "threads of a block wait at different barriers");
+  if (b.fault != nullptr) Fail(cudaErrorLaunchFailure, b.fault);
 }
 
 }  // namespace jaxext_emu

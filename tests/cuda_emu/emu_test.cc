@@ -12,6 +12,8 @@ namespace jaxext_emu_test {
 cudaError_t LaunchWarpSum(const double* in, double* out, int blocks, int threads);
 cudaError_t LaunchRotate(const int32_t* in, int32_t* out, int blocks, int threads, size_t shared);
 cudaError_t LaunchIndex(int32_t* out, dim3 grid, dim3 block);
+cudaError_t LaunchRotateRace(const int32_t* in, int32_t* out, int blocks, int threads);
+cudaError_t LaunchStaticPoison(int32_t* out, int blocks);
 cudaError_t LaunchDivergent(int32_t* out);
 cudaError_t LaunchScale(const float* in, float* out, float factor, int64_t n);
 }  // namespace jaxext_emu_test
@@ -34,6 +36,26 @@ int main() {
     for (int b = 0; b < 3; ++b) {
       for (int i = 0; i < 96; ++i) EXPECT_EQ(out[b * 96 + i], in[b * 96 + (i + 1) % 96]);
     }
+  }
+  // Without the barrier, both blocks (one run in thread order, one in reverse) read a slot not
+  // yet written: 0xff bytes (-1).
+  {
+    std::vector<int32_t> in(2 * 64), out(2 * 64, 0);
+    for (int i = 0; i < 2 * 64; ++i) in[i] = i;
+    EXPECT_EQ(t::LaunchRotateRace(in.data(), out.data(), 2, 64), cudaSuccess);
+    int wrong[2] = {0, 0};
+    for (int b = 0; b < 2; ++b) {
+      for (int i = 0; i < 64; ++i) wrong[b] += out[b * 64 + i] != in[b * 64 + (i + 1) % 64];
+    }
+    EXPECT_EQ(wrong[0] > 0, 1);
+    EXPECT_EQ(wrong[1] > 0, 1);
+  }
+  // Static shared memory read before it is written: poisoned in every block, not left over from
+  // the block before.
+  {
+    std::vector<int32_t> out(6, 0);
+    EXPECT_EQ(t::LaunchStaticPoison(out.data(), 3), cudaSuccess);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(out[i], -1);
   }
   // 3-d grids and blocks; static shared memory reset per block by the kernel itself.
   {
@@ -64,6 +86,11 @@ int main() {
     std::vector<int32_t> a(64), b(64);
     EXPECT_EQ(t::LaunchRotate(a.data(), b.data(), 1, 64, 49 * 1024), cudaErrorInvalidValue);
     EXPECT_EQ(t::LaunchRotate(a.data(), b.data(), 1, 64, 48 * 1024), cudaSuccess);
+  }
+  // A shuffle reading lanes past the block's last thread (48 threads: the second warp has 16).
+  {
+    std::vector<double> in(48, 1), out(2, 0);
+    EXPECT_EQ(t::LaunchWarpSum(in.data(), out.data(), 1, 48), cudaErrorLaunchFailure);
   }
   // Threads at different barriers: a failed launch, not a hang.
   {

@@ -24,6 +24,16 @@ __global__ void RotateKernel(const int32_t* in, int32_t* out) {
   out[blockIdx.x * blockDim.x + t] = shared[(t + 1) % blockDim.x];
 }
 
+// RotateKernel without its barrier: some thread reads its neighbour's slot before the neighbour
+// wrote it (threads run in thread order between barriers in one block, in reverse in the next).
+__global__ void RotateRaceKernel(const int32_t* in, int32_t* out) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  int32_t* shared = reinterpret_cast<int32_t*>(shared_bytes);
+  const int t = threadIdx.x;
+  shared[t] = in[blockIdx.x * blockDim.x + t];
+  out[blockIdx.x * blockDim.x + t] = shared[(t + 1) % blockDim.x];
+}
+
 // Static shared memory and every index of a 3-d block and grid.
 __global__ void IndexKernel(int32_t* out) {
   __shared__ int32_t count[1];
@@ -33,7 +43,7 @@ __global__ void IndexKernel(int32_t* out) {
   const int64_t thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int64_t threads = blockDim.x * blockDim.y * blockDim.z;
   out[block * threads + thread] = static_cast<int32_t>(block * 1000 + thread);
-  count[0] += 1;  // one thread at a time between barriers
+  count[0] += 1;  // a race on a device; here threads run one at a time between barriers
   __syncthreads();
   if (thread == 0) out[block * threads + threads - 1] += 100000 * count[0];
 }
@@ -65,6 +75,24 @@ cudaError_t LaunchWarpSum(const double* in, double* out, int blocks, int threads
 cudaError_t LaunchRotate(const int32_t* in, int32_t* out, int blocks, int threads,
                          size_t shared) {
   RotateKernel<<<blocks, threads, shared>>>(in, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRotateRace(const int32_t* in, int32_t* out, int blocks, int threads) {
+  RotateRaceKernel<<<blocks, threads, threads * sizeof(int32_t)>>>(in, out);
+  return cudaGetLastError();
+}
+
+// Reads static shared memory before writing it: 0xff bytes in every block.
+__global__ void StaticPoisonKernel(int32_t* out) {
+  __shared__ int32_t slot[2];
+  out[blockIdx.x * 2 + threadIdx.x] = slot[threadIdx.x];
+  __syncthreads();
+  slot[threadIdx.x] = 7;
+}
+
+cudaError_t LaunchStaticPoison(int32_t* out, int blocks) {
+  StaticPoisonKernel<<<blocks, 2>>>(out);
   return cudaGetLastError();
 }
 
