@@ -166,12 +166,12 @@ struct Block {
   void* arg = nullptr;
   std::vector<unsigned char> shared;
   std::vector<uint64_t> exchange;  // kWarp slots per warp
-  uint64_t generation = 0;         // of the block being run (static shared memory's poisoning)
   const char* fault = nullptr;     // a device-side error: the launch fails
 };
 
 // Static shared memory (rewrite.py registers each array as its kernel first reaches it): the
-// generation of the block that last poisoned it.
+// generation of the block that last poisoned it. block_generation: the running block's (counted
+// over every launch on this thread).
 thread_local std::vector<std::pair<void*, uint64_t>> static_shared;
 thread_local uint64_t block_generation = 0;
 
@@ -218,7 +218,7 @@ bool RunBlock(Block& b, dim3 grid, dim3 block, dim3 block_idx) {
   }
   // Uninitialised shared memory, as on the device: every byte 0xff (a float or double NaN).
   if (!b.shared.empty()) std::memset(b.shared.data(), 0xff, b.shared.size());
-  b.generation = ++block_generation;
+  ++block_generation;
   const size_t warps = (n + kWarp - 1) / kWarp;
   // Between two barriers the threads run in thread order, or in reverse order, alternately (and
   // alternately from block to block): a value read without the barrier that should order it
@@ -289,14 +289,14 @@ unsigned char* DynamicShared() { return running->shared.data(); }
 void StaticShared(void* p, size_t bytes) {
   for (auto& [q, generation] : static_shared) {
     if (q != p) continue;
-    if (generation != running->generation) {
+    if (generation != block_generation) {
       std::memset(p, 0xff, bytes);
-      generation = running->generation;
+      generation = block_generation;
     }
     return;
   }
   std::memset(p, 0xff, bytes);
-  static_shared.emplace_back(p, running->generation);
+  static_shared.emplace_back(p, block_generation);
 }
 
 void RunGrid(dim3 grid, dim3 block, size_t shared, void (*body)(void*), void* arg) {
