@@ -81,6 +81,9 @@ _STAGED_SYMBOLS: dict[str, dict[str, Any]] = {
     "jaxext_conv": {"cpu": "JaxextConvCpu",
                     "cuda": {"initialize": "JaxextConvCudaInitialize",
                              "execute": "JaxextConvCuda"}},
+    # conv's edge harmonics' and weights' cotangents in one call (CPU: each mode's own call)
+    "jaxext_conv_edge_cts": {"cuda": {"initialize": "JaxextConvEdgeCtsCudaInitialize",
+                                      "execute": "JaxextConvEdgeCtsCuda"}},
     "jaxext_tensor_product": {"cpu": "JaxextTensorProductCpu",
                               "cuda": {"initialize": "JaxextTensorProductCudaInitialize",
                                        "execute": "JaxextTensorProductCuda"}},

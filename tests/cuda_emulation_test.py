@@ -4,6 +4,7 @@ JAXEXT_CUDA_EMULATION set by its BUILD target): the contracts that differ from t
 against independent references. The equivariant ops' numbers are equivariant_cuda_emu_test's."""
 
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -74,6 +75,64 @@ def test_conv_bad_node_ids_give_nan_under_jit(dtype):
                      argnums=(0, 1, 2))(x, y, w)
     for g in grads:
       assert np.isnan(np.asarray(g)).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("irreps", [IRREPS, ("3x0e+2x4e", "0e+1o+4e", "2x0e+3x4e+2x3o")],
+                         ids=["per-path", "generic"])
+def test_conv_edge_cotangents_in_one_call_equal_each_mode_alone(dtype, irreps, monkeypatch):
+  # Differentiated, conv()'s harmonics' and weights' cotangents come from one call
+  # (jaxext_conv_edge_cts: with the per-path tables one warp per edge makes both; with l = 4,
+  # the generic kernel's two launches). They must be the bits of the y and w modes bound alone
+  # (the same sums in the same order), and x's cotangent that of its own mode.
+  conv_module = sys.modules["jaxext.equivariant.conv"]
+  from jaxext.equivariant import _irreps
+  ix, iy, io = irreps
+  dims = [sum(m * (2 * l + 1) for m, l, _ in _irreps.parse(i)) for i in irreps]
+  nodes, edges = 30, 400
+  rng = np.random.default_rng(11)
+  snd = rng.integers(0, nodes, edges).astype(np.int32)
+  rcv = rng.integers(0, nodes, edges).astype(np.int32)
+  x = rng.normal(size=(nodes, dims[0])).astype(dtype)
+  y = np.asarray(eq.spherical_harmonics(iy, rng.normal(size=(edges, 3)))).astype(dtype)
+  nw = sum(_irreps.parse(ix)[i1][0] for i1, _, _ in eq.paths(ix, iy, io))
+  w = rng.normal(size=(edges, nw)).astype(dtype)
+  ct = rng.normal(size=(nodes, dims[2])).astype(dtype)
+  f = lambda a, b, c: jnp.sum(ct * eq.conv(a, b, c, snd, rcv, nodes, ix, iy, io))
+  grad = jax.jit(jax.grad(f, argnums=(0, 1, 2)))
+  text = grad.lower(x, y, w).as_text()
+  assert sum("@jaxext_conv_edge_cts(" in c for c in _custom_calls(text)) == 1, text
+  gx, gy, gw = (np.asarray(g) for g in grad(x, y, w))
+  key = tuple(_irreps.parse(i) for i in irreps)
+  graph = conv_module._graph(jnp.asarray(snd), jnp.asarray(rcv), nodes, nodes)
+  alone = jax.jit(lambda a, b, c, mode: conv_module._conv_built_p.bind(
+      a, b, c, *graph, mode=mode, key=key), static_argnums=3)
+  np.testing.assert_array_equal(gy, alone(x, w, ct, 1))
+  np.testing.assert_array_equal(gw, alone(x, y, ct, 2))
+  np.testing.assert_array_equal(gx, alone(y, w, ct, 0))
+  assert np.abs(gy).max() > 1e-3 and np.abs(gw).max() > 1e-3
+  # JAXEXT_CONV_EDGE_CTS=separate (for A/B timing): each mode's own call, the same bits
+  monkeypatch.setenv("JAXEXT_CONV_EDGE_CTS", "separate")
+  apart = jax.jit(jax.grad(lambda a, b, c: f(a, b, c), argnums=(0, 1, 2)))
+  assert "@jaxext_conv_edge_cts(" not in apart.lower(x, y, w).as_text()
+  for got, want in zip(apart(x, y, w), (gx, gy, gw)):
+    np.testing.assert_array_equal(np.asarray(got), want)
+  monkeypatch.delenv("JAXEXT_CONV_EDGE_CTS")
+  # factored weights (w = h @ kernel): the same call, then w's cotangent through the kernel
+  h = rng.normal(size=(edges, 6)).astype(dtype)
+  kernel = (rng.normal(size=(6, nw)) / 3).astype(dtype)
+  ff = lambda b, c, d: jnp.sum(ct * eq.conv(x, b, c, snd, rcv, nodes, ix, iy, io,
+                                            edge_weights_kernel=d))
+  fgrad = jax.jit(jax.grad(ff, argnums=(0, 1, 2)))
+  assert "@jaxext_conv_edge_cts(" in fgrad.lower(y, h, kernel).as_text()
+  fy, fh, fk = (np.asarray(g, np.float64) for g in fgrad(y, h, kernel))
+  w64 = h.astype(np.float64) @ kernel.astype(np.float64)
+  ry = np.asarray(alone(x.astype(np.float64), w64, ct.astype(np.float64), 1))
+  rw = np.asarray(alone(x.astype(np.float64), y.astype(np.float64), ct.astype(np.float64), 2))
+  tol = 1e-12 if dtype == np.float64 else 2e-5
+  for got, want in ((fy, ry), (fh, rw @ kernel.T.astype(np.float64)),
+                    (fk, h.T.astype(np.float64) @ rw)):
+    np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
 
 
 def test_exported_conv_p_gives_nan_for_inconsistent_graph_operands():

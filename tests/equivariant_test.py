@@ -902,8 +902,10 @@ def test_conv_factored_weights_cotangents_in_one_walk_by_sender(dtype, k):
                                  atol=tol * scale, err_msg=f"argnums {argnums}, operand {q}")
     assert np.all(np.asarray(g[0])[0] == 0) if argnums[0] == 0 else True  # sender w/o edges
     jaxpr = str(jax.make_jaxpr(jax.grad(f, argnums=argnums))(*args)).replace(" ", "")
-    # forces and training gradients: no (edges x weights) array anywhere
-    assert "jaxext_conv_factored_bwd" in jaxpr and f"[{edges},88]" not in jaxpr
+    hlo = jax.jit(jax.grad(f, argnums=argnums)).lower(*args).as_text()
+    # forces and training gradients: the CPU's one walk, no (edges x weights) array anywhere
+    assert "jaxext_conv_bwd" in jaxpr and f"[{edges},88]" not in jaxpr
+    assert "@jaxext_conv_factored_bwd(" in hlo and f"tensor<{edges}x88x" not in hlo
   # forward mode (the tangent's composition) and vmap of the cotangents
   t = [np.asarray(rng.normal(size=v.shape), dtype) for v in args]
   _, jvp = jax.jvp(f, tuple(args), tuple(t))
@@ -1085,7 +1087,8 @@ def test_graph_check_of_the_cuda_lowering_agrees_with_the_cpu_handler():
 
 # --- CUDA lowering (built with --config=cuda; execution is checked by tools/gpu_checks.py) ------
 
-_TARGETS = ("jaxext_sph", "jaxext_segment_sum", "jaxext_tensor_product", "jaxext_conv")
+_TARGETS = ("jaxext_sph", "jaxext_segment_sum", "jaxext_tensor_product", "jaxext_conv",
+            "jaxext_conv_edge_cts")
 
 
 def _export_cuda(fn, *args):
@@ -1126,10 +1129,14 @@ def test_cuda_lowering():
     assert operands.count("%") == 10, line
     assert "task_edges = 128" in line, line
     assert re.search(r"-> \(tensor<\d+x\d+xf64>, tensor<0x\d+xf64>\)", line), line
-  calls = re.findall(r"@jaxext_(conv|tensor_product)\(.*?mode = (\d+)", text)
-  for op in ("conv", "tensor_product"):
-    modes = {int(m) for o, m in calls if o == op}
-    assert modes == {0, 1, 2, 3}, (op, modes)  # out, and the x, y, w cotangents
+  calls = re.findall(r"@jaxext_(conv|conv_edge_cts|tensor_product)\(.*?mode = (\d+)", text)
+  modes = {op: {int(m) for o, m in calls if o == op} for op in ("conv", "conv_edge_cts",
+                                                                "tensor_product")}
+  # out, and the x, y, w cotangents; conv's y and w cotangents in one call (its mode says y)
+  assert modes == {"conv": {0, 3}, "conv_edge_cts": {1}, "tensor_product": {0, 1, 2, 3}}, modes
+  edge_cts = [line for line in text.splitlines() if "@jaxext_conv_edge_cts(" in line]
+  assert len(edge_cts) == 1 and re.search(
+      r"-> \(tensor<60x16xf64>, tensor<60x\d+xf64>\)", edge_cts[0]), edge_cts
   # The segment sum's unsorted-ids flag is a second result on CUDA, dropped by the lowering.
   assert re.search(r"@jaxext_segment_sum\(.*\) .*-> \(tensor<\d+x\d+xf64>, tensor<1xi32>\)", text)
   # conv_p (exported) checks a bound graph in jax.numpy before its kernel (scatter-adds among

@@ -226,16 +226,23 @@ def gen_conv_factored(rng):
   return ops + tuple(graph), dict(key=key)
 
 
-def gen_conv_factored_bwd(rng):
-  """Its cotangents of x, y, h and kernel (one walk by sender; any subset asked for)."""
+def gen_conv_bwd(rng):
+  """conv()'s cotangents: of x, y, h and kernel (factored: one walk by sender), or of x, y, w
+  (any subset asked for)."""
   ops, params = gen_conv_factored(rng)
-  graph = ops[4:]
+  factored = rng.random() < 0.6
+  if not factored:  # plain weights (their width the irreps', but sometimes not)
+    dw = _module("jaxext.equivariant.tensor_product")._spec(*params["key"]).dims[2]
+    dw = dw if rng.random() < 0.95 else dw + 1
+    ops = ops[:2] + (_floats(rng, (np.shape(ops[1])[0], dw), ops[0].dtype),) + ops[4:]
+  n = 4 if factored else 3
+  graph = ops[n:]
   n_recv = max(int(np.shape(graph[3])[0]) - 1, 0)
   dout = _module("jaxext.equivariant.tensor_product")._spec(*params["key"]).dims[3]
   off = lambda n: n if rng.random() < 0.95 else n + 1
   ct = _floats(rng, (off(n_recv), off(dout)), ops[0].dtype)
-  which = tuple(bool(b) for b in rng.random(4) < 0.6)
-  return ops[:4] + (ct,) + graph, dict(key=params["key"], which=which)
+  which = tuple(bool(b) for b in rng.random(n) < 0.6)
+  return ops[:n] + (ct,) + graph, dict(key=params["key"], which=which)
 
 
 def gen_gather(rng):
@@ -367,7 +374,7 @@ def _prim(name):
       "transit_vjp_p": transit.transit_vjp_p, "sph_p": equivariant.sph_p, "tp_p": equivariant.tp_p,
       "conv_p": equivariant.conv_p, "gather_p": equivariant.gather_p,
       "conv_factored_p": _module("jaxext.equivariant.conv")._conv_factored_p,
-      "conv_factored_bwd_p": _module("jaxext.equivariant.conv")._conv_factored_bwd_p,
+      "conv_bwd_p": _module("jaxext.equivariant.conv")._conv_bwd_p,
       "segment_sum_p": equivariant.segment_sum_p, "numba_call_p": nk.numba_call_p,
       "dop853_p": ode.dop853_p,
   }[name]
@@ -377,7 +384,7 @@ GENERATORS = {
     "kepler_p": gen_kepler, "limbdark_p": gen_limbdark, "transit_p": gen_transit,
     "transit_lin_p": gen_transit_lin, "transit_vjp_p": gen_transit_vjp,
     "sph_p": gen_sph, "tp_p": gen_tp, "conv_p": gen_conv, "gather_p": gen_gather,
-    "conv_factored_p": gen_conv_factored, "conv_factored_bwd_p": gen_conv_factored_bwd,
+    "conv_factored_p": gen_conv_factored, "conv_bwd_p": gen_conv_bwd,
     "segment_sum_p": gen_segment_sum, "numba_call_p": gen_numba_call, "dop853_p": gen_dop853,
 }
 

@@ -1124,6 +1124,18 @@ def e3nn_arm(gpu, best, report, small):
         outs[(arm, job)] = jax.tree.map(np.asarray, exe(*args))
         row[f"{arm} {job} ms"] = best(exe, *args, repeats=10) * 1e3
         row[f"{arm} {job} temp MB"] = eb.memory_bytes(exe)["temp"] / 1e6
+    # A/B: the fused arm's backward with the edge harmonics' and weights' cotangents from their
+    # modes' own kernels (JAXEXT_CONV_EDGE_CTS=separate) instead of jaxext_conv_edge_cts' one
+    # pass, then the fused arm again (interleaved: this card's clocks drift between calls)
+    for arm, separate in (("fused edge-cts-separate", True), ("fused again", False)):
+      if separate:
+        os.environ["JAXEXT_CONV_EDGE_CTS"] = "separate"
+      try:
+        exe = jax.jit(eb.job_fn("fused", "fwd+bwd", "mlp", nodes)).lower(*args).compile()
+      finally:
+        os.environ.pop("JAXEXT_CONV_EDGE_CTS", None)
+      outs[(arm, "fwd+bwd")] = jax.tree.map(np.asarray, exe(*args))
+      row[f"{arm} fwd+bwd ms"] = best(exe, *args, repeats=10) * 1e3
     for (arm, job), out in outs.items():
       if arm != "e3nn":
         ref = jax.tree.leaves(outs[("e3nn", job)])

@@ -126,6 +126,127 @@ ffi::Error ConvInitializeImpl(JAXEXT_CONV_CUDA_PARAMS) {
 
 #undef JAXEXT_CONV_CUDA_PARAMS
 
+// --- jaxext_conv_edge_cts: the y and w cotangents together --------------------------------------
+
+constexpr const char* kEdgeCtsOp = "jaxext equivariant.conv (edge cotangents)";
+
+#define JAXEXT_CONV_EDGE_CTS_PARAMS                                                            \
+  cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer ct, \
+      ffi::AnyBuffer senders, ffi::AnyBuffer receivers, ffi::AnyBuffer by_recv,              \
+      ffi::AnyBuffer recv_ranges, ffi::AnyBuffer by_send, ffi::AnyBuffer send_ranges,        \
+      ffi::Result<ffi::AnyBuffer> dy, ffi::Result<ffi::AnyBuffer> dw, int64_t mode,          \
+      ffi::Span<const int64_t> dims, ffi::Span<const int64_t> paths,                         \
+      ffi::Span<const int64_t> cg_i, ffi::Span<const int64_t> cg_j,                          \
+      ffi::Span<const int64_t> cg_k, ffi::Span<const double> cg_v, int64_t n_paths,          \
+      int64_t n_entries, ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms
+
+// The attributes are those of mode kY (the product's tables, widths of all four slots).
+ffi::Error DecodeEdgeCtsAttrs(int64_t mode, ffi::Span<const int64_t> dims,
+                              ffi::Span<const int64_t> paths, ffi::Span<const int64_t> cg_i,
+                              ffi::Span<const int64_t> cg_j, ffi::Span<const int64_t> cg_k,
+                              ffi::Span<const double> cg_v, int64_t n_paths, int64_t n_entries,
+                              ffi::Span<const int64_t> x_terms,
+                              ffi::Span<const int64_t> out_terms, TpAttrs* attrs) {
+  if (ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                     n_entries, x_terms, out_terms, kEdgeCtsOp, attrs);
+      err.failure()) {
+    return err;
+  }
+  if (attrs->mode != tp::kY) {
+    return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": mode must be 1 (y)");
+  }
+  return ffi::Error::Success();
+}
+
+template <typename T>
+ffi::Error EdgeCtsTyped(JAXEXT_CONV_EDGE_CTS_PARAMS, const TpAttrs& attrs) {
+  for (ffi::AnyBuffer* ids : {&senders, &receivers, &by_recv, &recv_ranges, &by_send,
+                              &send_ranges}) {
+    if (ids->element_type() != ffi::DataType::S32) {
+      return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": int32 indices");
+    }
+  }
+  const int64_t e = static_cast<int64_t>(senders.element_count());
+  const int64_t r = static_cast<int64_t>(recv_ranges.element_count()) - 1;
+  const int64_t s = static_cast<int64_t>(send_ranges.element_count()) - 1;
+  if (static_cast<int64_t>(receivers.element_count()) != e ||
+      static_cast<int64_t>(by_recv.element_count()) != e ||
+      static_cast<int64_t>(by_send.element_count()) != e || r < 0 || s < 0) {
+    return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": graph operands disagree");
+  }
+  const int64_t rows[4] = {s, e, e, r};
+  // y's cotangent from (x, w, ct); w's from (x, y, ct): each checked as its mode's call would be.
+  TpOperands<T> ops{};
+  ffi::AnyBuffer* const y_operands[3] = {&x, &w, &ct};
+  if (ffi::Error err = SlotData<T>(attrs, y_operands, *dy, rows, ops.slot, kEdgeCtsOp,
+                                   "the graph and irreps");
+      err.failure()) {
+    return err;
+  }
+  TpAttrs w_attrs = attrs;
+  w_attrs.mode = tp::kW;
+  const T* w_slots[4];
+  ffi::AnyBuffer* const w_operands[3] = {&x, &y, &ct};
+  if (ffi::Error err = SlotData<T>(w_attrs, w_operands, *dw, rows, w_slots, kEdgeCtsOp,
+                                   "the graph and irreps");
+      err.failure()) {
+    return err;
+  }
+  auto tables = Tables<T>(attrs, kEdgeCtsOp, stream);
+  if (!tables.has_value()) return tables.error();
+  for (int k = 0; k < 4; ++k) ops.dims[k] = attrs.dims[k];
+  ops.result = dy->typed_data<T>();
+  ops.rows = e;
+  TpGraph g;
+  g.senders = senders.typed_data<int32_t>();
+  g.receivers = receivers.typed_data<int32_t>();
+  g.recv_ranges = recv_ranges.typed_data<int32_t>();
+  g.send_ranges = send_ranges.typed_data<int32_t>();
+  g.n_senders = s;
+  g.n_receivers = r;
+  g.n_edges = e;
+  if (ffi::Error err = CheckTables(*tables, ops.dims, kEdgeCtsOp); err.failure()) return err;
+  return LaunchStatus(kEdgeCtsOp, LaunchTpEdgeCts<T>(stream, *tables, w_slots[tp::kY], ops,
+                                                     dw->typed_data<T>(), g));
+}
+
+ffi::Error EdgeCtsImpl(JAXEXT_CONV_EDGE_CTS_PARAMS) {
+  TpAttrs attrs;
+  if (ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                          n_entries, x_terms, out_terms, &attrs);
+      err.failure()) {
+    return err;
+  }
+  if (dy->element_type() != dw->element_type()) {
+    return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": the results' dtypes differ");
+  }
+  switch (dy->element_type()) {
+    case ffi::DataType::F32:
+      return EdgeCtsTyped<float>(stream, x, y, w, ct, senders, receivers, by_recv, recv_ranges,
+                                 by_send, send_ranges, dy, dw, mode, dims, paths, cg_i, cg_j,
+                                 cg_k, cg_v, n_paths, n_entries, x_terms, out_terms, attrs);
+    case ffi::DataType::F64:
+      return EdgeCtsTyped<double>(stream, x, y, w, ct, senders, receivers, by_recv, recv_ranges,
+                                  by_send, send_ranges, dy, dw, mode, dims, paths, cg_i, cg_j,
+                                  cg_k, cg_v, n_paths, n_entries, x_terms, out_terms, attrs);
+    default:
+      return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": float32 or float64 only");
+  }
+}
+
+// Copies the tables to the device before any graph capture.
+ffi::Error EdgeCtsInitializeImpl(JAXEXT_CONV_EDGE_CTS_PARAMS) {
+  TpAttrs attrs;
+  if (ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                          n_entries, x_terms, out_terms, &attrs);
+      err.failure()) {
+    return err;
+  }
+  return PrepareTables(attrs, dy->element_type(), kEdgeCtsOp);
+}
+
+#undef JAXEXT_CONV_EDGE_CTS_PARAMS
+
 }  // namespace
 
 #define JAXEXT_CONV_CUDA_BINDING(stage)                 \
@@ -151,6 +272,29 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCuda, ConvImpl,
                               JAXEXT_CONV_CUDA_BINDING(ffi::ExecutionStage::kExecute),
                               {ffi::Traits::kCmdBufferCompatible});
 
+#define JAXEXT_CONV_EDGE_CTS_BINDING(stage)             \
+  ffi::Ffi::Bind<stage>()                               \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()         \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Ret<ffi::AnyBuffer>()                            \
+      .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvEdgeCtsCudaInitialize, EdgeCtsInitializeImpl,
+                              JAXEXT_CONV_EDGE_CTS_BINDING(ffi::ExecutionStage::kInitialize));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvEdgeCtsCuda, EdgeCtsImpl,
+                              JAXEXT_CONV_EDGE_CTS_BINDING(ffi::ExecutionStage::kExecute),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+#undef JAXEXT_CONV_EDGE_CTS_BINDING
 #undef JAXEXT_CONV_CUDA_BINDING
 
 }  // namespace cuda

@@ -57,6 +57,11 @@ PYBIND11_MODULE(_cuda_ops, m) {
     conv["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextConvCudaInitialize);
     conv["execute"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextConvCuda);
     d["jaxext_conv"] = conv;
+    py::dict edge_cts;
+    edge_cts["initialize"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextConvEdgeCtsCudaInitialize);
+    edge_cts["execute"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextConvEdgeCtsCuda);
+    d["jaxext_conv_edge_cts"] = edge_cts;
     // jaxext.numba_cuda_kernel: loads its module before any graph capture, then launches.
     py::dict numba;
     numba["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextNumbaCallCudaInitialize);

@@ -40,20 +40,28 @@ xla::ffi::ErrorOr<TpTables<T>> Tables(const TpAttrs& a, const char* op,
 // The initialize stage of both handlers: the tables of `a`, in `dtype`, on the device.
 xla::ffi::Error PrepareTables(const TpAttrs& a, xla::ffi::DataType dtype, const char* op);
 
-// Checks the tables against the operands, then launches (tp_kernels.h's LaunchTp).
+// The tables against the rows' widths `dims` (the four slots'): an error unless every entry and
+// path lies inside them.
 template <typename T>
-xla::ffi::Error RunTp(cudaStream_t stream, int mode, const TpTables<T>& t,
-                      const TpOperands<T>& ops, const TpGraph& g, const char* op) {
+xla::ffi::Error CheckTables(const TpTables<T>& t, const int64_t dims[4], const char* op) {
   if (!t.fast.valid) {
     return xla::ffi::Error::InvalidArgument(std::string(op) +
                                             ": a Clebsch-Gordan entry lies outside its path");
   }
   for (int s = 0; s < 4; ++s) {
-    if (t.fast.need[s] > ops.dims[s]) {
+    if (t.fast.need[s] > dims[s]) {
       return xla::ffi::Error::InvalidArgument(std::string(op) +
                                               ": a path lies outside the rows' widths");
     }
   }
+  return xla::ffi::Error::Success();
+}
+
+// Checks the tables against the operands, then launches (tp_kernels.h's LaunchTp).
+template <typename T>
+xla::ffi::Error RunTp(cudaStream_t stream, int mode, const TpTables<T>& t,
+                      const TpOperands<T>& ops, const TpGraph& g, const char* op) {
+  if (xla::ffi::Error err = CheckTables(t, ops.dims, op); err.failure()) return err;
   return LaunchStatus(op, LaunchTp<T>(stream, mode, t, ops, g));
 }
 

@@ -413,6 +413,135 @@ __global__ void __launch_bounds__(kTpWarp * kTpFastWarps)
   }
 }
 
+// --- The y and w cotangents of an edge together (per-path tables) ------------------------------
+//
+// Both read the edge's x and out-cotangent rows channel by channel: the w cotangent as the kW
+// mode does (M = sum_j c y[j] built first, then x^T M o per channel), the y cotangent as the kY
+// mode (each lane's share of N = sum_u w x (outer) o, added over the warp by shuffles). One warp
+// per edge does both from one load of each channel's x and o values, in the same order as the two
+// modes' own kernels: the same sums.
+
+// One path for this lane's channels: M its (dx, dout) block of M, N of N (written here), accw the
+// warp's w-cotangent row.
+template <typename T, int DX, int DO>
+__device__ __forceinline__ void TpFastPathEdgeCts(const TpFastPath& q, const T* __restrict__ M,
+                                                  T* __restrict__ N, const T* __restrict__ x,
+                                                  const T* __restrict__ w,
+                                                  const T* __restrict__ o, T* __restrict__ accw,
+                                                  int lane) {
+  T n[DX * DO];
+#pragma unroll
+  for (int t = 0; t < DX * DO; ++t) n[t] = T(0);
+  for (int u = lane; u < q.mul; u += kTpWarp) {
+    T xv[DX], ov[DO];
+#pragma unroll
+    for (int i = 0; i < DX; ++i) xv[i] = x[q.x + u * DX + i];
+#pragma unroll
+    for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
+    T s = T(0);  // w's cotangent: x^T M o
+#pragma unroll
+    for (int i = 0; i < DX; ++i) {
+      T t = T(0);
+#pragma unroll
+      for (int k = 0; k < DO; ++k) t += M[i * DO + k] * ov[k];
+      s += xv[i] * t;
+    }
+    accw[q.w + u] += s;
+    const T wu = w[q.w + u];  // y's: this lane's share of N
+#pragma unroll
+    for (int i = 0; i < DX; ++i) {
+      const T a = wu * xv[i];
+#pragma unroll
+      for (int k = 0; k < DO; ++k) n[i * DO + k] += a * ov[k];
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < DX * DO; ++t) {
+    const T s = TpWarpSum(n[t]);
+    if (lane == t % kTpWarp) N[t] = s;
+  }
+}
+
+template <typename T, int DX>
+__device__ __forceinline__ void TpFastPathEdgeCtsDout(const TpFastPath& q, const T* M, T* N,
+                                                      const T* x, const T* w, const T* o,
+                                                      T* accw, int lane) {
+  switch (q.dout) {
+    case 1: TpFastPathEdgeCts<T, DX, 1>(q, M, N, x, w, o, accw, lane); break;
+    case 3: TpFastPathEdgeCts<T, DX, 3>(q, M, N, x, w, o, accw, lane); break;
+    case 5: TpFastPathEdgeCts<T, DX, 5>(q, M, N, x, w, o, accw, lane); break;
+    default: TpFastPathEdgeCts<T, DX, 7>(q, M, N, x, w, o, accw, lane); break;
+  }
+}
+
+// Shared memory per warp, in elements: M, N, the w-cotangent row, the y-cotangent row; even.
+__host__ __device__ inline int64_t TpEdgeCtsPerWarp(int32_t m_size, int64_t dy, int64_t dw) {
+  return (2 * static_cast<int64_t>(m_size) + dy + dw + 1) / 2 * 2;
+}
+
+// One warp per edge (strided); ops: mode kY's operands, y the harmonics, dw the w cotangent.
+template <typename T>
+__global__ void __launch_bounds__(kTpWarp * kTpFastWarps)
+    TpFastEdgeCtsKernel(const __grid_constant__ TpFast<T> f,
+                        const __grid_constant__ TpOperands<T> ops, const T* __restrict__ y_rows,
+                        T* __restrict__ dw, const __grid_constant__ TpGraph g, int64_t per_warp) {
+  extern __shared__ __align__(16) unsigned char tp_shared[];
+  const int lane = threadIdx.x % kTpWarp;
+  const int warp = threadIdx.x / kTpWarp;
+  const int warps = blockDim.x / kTpWarp;
+  const int64_t* d = ops.dims;
+  T* const M = reinterpret_cast<T*>(tp_shared) + warp * per_warp;
+  T* const N = M + f.m_size;
+  T* const accw = N + f.m_size;
+  T* const accy = accw + d[tp::kW];
+  const bool bad = GraphBad(g, ops.rows, false);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * warps + warp; r < ops.rows;
+       r += static_cast<int64_t>(gridDim.x) * warps) {
+    T* const out_y = ops.result + r * d[tp::kY];
+    T* const out_w = dw + r * d[tp::kW];
+    if (bad) {
+      for (int64_t c = lane; c < d[tp::kY]; c += kTpWarp) out_y[c] = T(NAN);
+      for (int64_t c = lane; c < d[tp::kW]; c += kTpWarp) out_w[c] = T(NAN);
+      continue;
+    }
+    const int64_t xr = g.senders != nullptr ? g.senders[r] : r;
+    const int64_t orow = g.senders != nullptr ? g.receivers[r] : r;
+    const T* const x = ops.slot[tp::kX] + xr * d[tp::kX];
+    const T* const y = y_rows + r * d[tp::kY];
+    const T* const w = ops.slot[tp::kW] + r * d[tp::kW];
+    const T* const o = ops.slot[tp::kOut] + orow * d[tp::kOut];
+    for (int64_t c = lane; c < d[tp::kW]; c += kTpWarp) accw[c] = T(0);
+    for (int64_t c = lane; c < d[tp::kY]; c += kTpWarp) accy[c] = T(0);
+    for (int pos = lane; pos < f.m_size; pos += kTpWarp) {
+      T s = T(0);
+      for (int e = f.m_begin[pos]; e < f.m_begin[pos + 1]; ++e) s += f.m_v[e] * y[f.m_j[e]];
+      M[pos] = s;
+    }
+    __syncwarp();  // M complete, the rows zeroed
+    for (int p = 0; p < f.n_paths; ++p) {
+      const TpFastPath q = f.paths[p];
+      const T* m = M + q.moff;
+      T* n = N + q.moff;
+      switch (q.dx) {
+        case 1: TpFastPathEdgeCtsDout<T, 1>(q, m, n, x, w, o, accw, lane); break;
+        case 3: TpFastPathEdgeCtsDout<T, 3>(q, m, n, x, w, o, accw, lane); break;
+        case 5: TpFastPathEdgeCtsDout<T, 5>(q, m, n, x, w, o, accw, lane); break;
+        default: TpFastPathEdgeCtsDout<T, 7>(q, m, n, x, w, o, accw, lane); break;
+      }
+    }
+    __syncwarp();  // N and the w row complete
+    for (int jg = lane; jg < f.ny; jg += kTpWarp) {
+      T s = T(0);
+      for (int e = f.y_begin[jg]; e < f.y_begin[jg + 1]; ++e) s += f.y_v[e] * N[f.y_pos[e]];
+      accy[jg] += s;
+    }
+    __syncwarp();  // the y row complete
+    for (int64_t c = lane; c < d[tp::kY]; c += kTpWarp) out_y[c] = accy[c];
+    for (int64_t c = lane; c < d[tp::kW]; c += kTpWarp) out_w[c] = accw[c];
+    __syncwarp();  // before the next edge rewrites M, N and the rows
+  }
+}
+
 // JAXEXT_TP_CUDA_KERNEL=generic runs the generic kernel (TpKernel, otherwise only the fallback
 // for l > 3) instead of the per-path one: for A/B comparisons, in a separate process.
 bool TpFastWanted() {
@@ -510,6 +639,39 @@ cudaError_t LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
                                                                  ops.dims[mode]);
   return cudaGetLastError();
 }
+
+template <typename T>
+cudaError_t LaunchTpEdgeCts(cudaStream_t stream, const TpTables<T>& t, const T* y,
+                            const TpOperands<T>& ops, T* dw, const TpGraph& g) {
+  if (ops.rows == 0) return cudaSuccess;
+  const TpFast<T>& f = t.fast;
+  const int64_t dy_width = ops.dims[tp::kY], dw_width = ops.dims[tp::kW];
+  const int64_t warp_bytes =
+      TpEdgeCtsPerWarp(f.m_size, dy_width, dw_width) * static_cast<int64_t>(sizeof(T));
+  const int64_t fit = warp_bytes > 0 ? kTpFastSharedLimit / warp_bytes : 0;
+  if (f.ok && TpFastWanted() && fit >= 1 && dy_width > 0 &&
+      dw_width > 0) {
+    const int warps = static_cast<int>(std::min<int64_t>(kTpFastWarps, fit));
+    TpFastEdgeCtsKernel<T><<<GridBlocks((ops.rows + warps - 1) / warps),
+                             static_cast<unsigned>(kTpWarp * warps),
+                             static_cast<size_t>(warps * warp_bytes), stream>>>(
+        f, ops, y, dw, g, warp_bytes / static_cast<int64_t>(sizeof(T)));
+    return cudaGetLastError();
+  }
+  // Each mode's own launch: y's cotangent from (x, w, o), then w's from (x, y, o).
+  if (cudaError_t err = LaunchTp<T>(stream, tp::kY, t, ops, g); err != cudaSuccess) return err;
+  TpOperands<T> w_ops = ops;
+  w_ops.slot[tp::kY] = y;
+  w_ops.slot[tp::kW] = nullptr;
+  w_ops.result = dw;
+  return LaunchTp<T>(stream, tp::kW, t, w_ops, g);
+}
+
+template cudaError_t LaunchTpEdgeCts<float>(cudaStream_t, const TpTables<float>&, const float*,
+                                            const TpOperands<float>&, float*, const TpGraph&);
+template cudaError_t LaunchTpEdgeCts<double>(cudaStream_t, const TpTables<double>&,
+                                             const double*, const TpOperands<double>&, double*,
+                                             const TpGraph&);
 
 template cudaError_t LaunchTp<float>(cudaStream_t, int, const TpTables<float>&,
                                      const TpOperands<float>&, const TpGraph&);

@@ -94,6 +94,15 @@ template <typename T>
 cudaError_t LaunchTp(cudaStream_t stream, int mode, const TpTables<T>& t,
                      const TpOperands<T>& ops, const TpGraph& g);
 
+// The y and w cotangents of a convolution's edges together (the transpose of conv's result with
+// respect to both): `y` the edge harmonics, `ops` the operands of mode kY (x, w, the out cotangent;
+// result: y's cotangent), `dw` the w cotangent's rows (ops.rows of them, dims[kW] wide). With the
+// per-path kernel, one warp per edge reads the edge's x and out-cotangent rows once for both;
+// otherwise the two modes' own launches. Same checks as LaunchTp's (the caller's).
+template <typename T>
+cudaError_t LaunchTpEdgeCts(cudaStream_t stream, const TpTables<T>& t, const T* y,
+                            const TpOperands<T>& ops, T* dw, const TpGraph& g);
+
 }  // namespace cuda
 }  // namespace jaxext
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 from typing import overload
 
 import jax
@@ -296,49 +297,73 @@ def _batch(prim, args, dims, **params):
   return (list(out), [0] * len(out)) if prim.multiple_results else (out, 0)
 
 
+_trilinear_jvps = {}
 for _prim, _checked in ((conv_p, True), (_conv_built_p, False)):
   for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
     compat.register_lowering(
         _prim, functools.partial(_lowering, platform=_platform, checked=_checked), _name)
-  register_trilinear_rules(_prim)  # derivatives bind the same primitive (conv()'s stay trusted)
+  # derivatives bind the same primitive (conv()'s stay trusted); conv()'s result (below) its own
+  _trilinear_jvps[_prim] = register_trilinear_rules(_prim)
   compat.register_batching(_prim, functools.partial(_batch, _prim))
 
 
-# conv()'s result with factored weights (edge_weights_kernel): w = h @ kernel, h (E, k) a radial
-# network's last hidden layer. The CPU handler (jaxext_conv_factored) makes each receiver's
-# weights as it adds its edges, so the forward pass never writes an E x weights array (at 3000
-# atoms of jax-md's NequIP, 816 MB per layer in float64, the largest array of its forward pass).
-# Its JVP is the primal and _conv_factored_lin_p (linear in the tangents of x, y, h, kernel),
-# whose transpose is _conv_factored_bwd_p: the cotangents of x, y, h and kernel from one walk
-# over the edges by sender (jaxext_conv_factored_bwd), no E x weights array either. The
-# derivatives of the two helpers are those of their compositions (w made by a matrix product,
-# then the four-mode primitive), and elsewhere than on the CPU all three lower to those. Bound
-# only on graphs conv() built (trusted as _conv_built_p).
+# conv()'s derivatives. conv()'s result is _conv_built_p in mode OUT (weights w), or
+# _conv_factored_p (factored weights w = h @ kernel, h (E, k) a radial network's last hidden
+# layer): its floats are (x, y, w) or (x, y, h, kernel). The CPU handler of the factored result
+# (jaxext_conv_factored) makes each receiver's weights as it adds its edges, so that the forward
+# pass never writes an E x weights array (at 3000 atoms of jax-md's NequIP, 816 MB per layer in
+# float64, the largest array of its forward pass).
+# The result's JVP is the primal and _conv_lin_p (linear in the tangents of the floats present),
+# whose transpose is _conv_bwd_p: every cotangent asked for, from one primitive, so that a
+# platform can make them together. The CPU makes the factored weights' cotangents in one walk
+# over the edges by sender (jaxext_conv_factored_bwd; no E x weights array either); CUDA the
+# edge harmonics' and weights' cotangents in one kernel (jaxext_conv_edge_cts: both read each
+# edge's sender and receiver rows). Elsewhere, and for the derivatives of the two helpers, their
+# compositions: w made by a matrix product, then the four-mode primitive in each mode. Bound only
+# on graphs conv() built (trusted as _conv_built_p). `which`, one flag per float: the tangents
+# present (lin) or the cotangents asked for (bwd); its length (3 or 4) says which weights.
 _conv_factored_p = Primitive("jaxext_conv_factored")
-_conv_factored_lin_p = Primitive("jaxext_conv_factored_lin")
-_conv_factored_bwd_p = Primitive("jaxext_conv_factored_bwd")
-_conv_factored_bwd_p.multiple_results = True
+_conv_lin_p = Primitive("jaxext_conv_lin")
+_conv_bwd_p = Primitive("jaxext_conv_bwd")
+_conv_bwd_p.multiple_results = True
+_GRAPH_OPERANDS = 6
 
 
 def _made(h, kernel):
   return jnp.matmul(h, kernel, precision=jax.lax.Precision.HIGHEST)
 
 
-def _check_factored(prim, x, y, h, kernel, graph, key):
-  """The factored primitives' operands against the graph and irreps: their spec."""
+def _weights(floats):
+  """The weights w of conv's floats (x, y, w) or (x, y, h, kernel)."""
+  return floats[2] if len(floats) == 3 else _made(*floats[2:])
+
+
+def _floats_count(prim, which):
+  """How many floats a `which` describes (3 or 4), or a TypeError naming `prim`."""
+  if not isinstance(which, tuple) or len(which) not in (3, 4):
+    raise TypeError(f"{prim}: which must be a tuple of 3 (x, y, w) or 4 (x, y, h, kernel) "
+                    f"flags; got {which!r}")
+  return len(which)
+
+
+def _check_floats(prim, floats, graph, key):
+  """conv's floats against the graph and irreps: their spec."""
   spec = checked_spec(prim, OUT, key)
   _check_graph(prim, graph)
-  check_one_dtype(prim, x, y, h, kernel)
+  check_one_dtype(prim, *floats)
   e = graph[0].shape[0]
+  x, y, h = floats[:3]
+  weights_ok = (h.shape == (e, spec.dims[W]) if len(floats) == 3 else
+                h.ndim == 2 and h.shape[0] == e and floats[3].shape == (h.shape[1], spec.dims[W]))
   if (x.shape != (graph[5].shape[0] - 1, spec.dims[X]) or y.shape != (e, spec.dims[Y]) or
-      h.ndim != 2 or h.shape[0] != e or kernel.shape != (h.shape[1], spec.dims[W])):
-    raise TypeError(f"{prim}: operand shapes {x.shape}, {y.shape}, {h.shape}, {kernel.shape} "
+      not weights_ok):
+    raise TypeError(f"{prim}: operand shapes {', '.join(str(f.shape) for f in floats)} "
                     "disagree with the graph and irreps")
   return spec
 
 
 def _factored_abstract_eval(x, y, h, kernel, *graph, key):
-  spec = _check_factored("conv_factored_p", x, y, h, kernel, graph, key)
+  spec = _check_floats("conv_factored_p", (x, y, h, kernel), graph, key)
   return jax.core.ShapedArray((graph[3].shape[0] - 1, spec.dims[OUT]), x.dtype)
 
 
@@ -346,13 +371,20 @@ def _factored_composite(x, y, h, kernel, *graph, key):
   return _conv_built_p.bind(x, y, _made(h, kernel), *graph, mode=OUT, key=key)
 
 
-def _lin_composite(x, y, h, kernel, *rest, which, key):
-  """The factored result's tangent: the tangents present (`which`, of x, y, h, kernel) in order,
-  then the graph."""
+def _lin_composite(*args, which, key):
+  """The result's tangent: the floats, the tangents present (`which`) in order, the graph."""
+  n = len(which)
+  floats, rest = args[:n], args[n:]
   tangents, graph = _present(rest[:sum(which)], which), rest[sum(which):]
-  tx, ty, th, tk = tangents
-  w = _made(h, kernel)
-  tws = ([_made(th, kernel)] if th is not None else []) + ([_made(h, tk)] if tk is not None else [])
+  x, y = floats[:2]
+  w = _weights(floats)
+  tx, ty = tangents[:2]
+  if n == 3:
+    tws = [tangents[2]] if tangents[2] is not None else []
+  else:
+    (h, kernel), (th, tk) = floats[2:], tangents[2:]
+    tws = (([_made(th, kernel)] if th is not None else []) +
+           ([_made(h, tk)] if tk is not None else []))
   terms = (([(tx, y, w)] if tx is not None else []) + ([(x, ty, w)] if ty is not None else []) +
            ([(x, y, functools.reduce(operator.add, tws))] if tws else []))
   zero = jnp.zeros((graph[3].shape[0] - 1, _spec(*key).dims[OUT]), x.dtype)
@@ -360,16 +392,30 @@ def _lin_composite(x, y, h, kernel, *rest, which, key):
                                          for args in terms), zero)
 
 
-def _bwd_composite(x, y, h, kernel, ct, *graph, which, key):
-  """The cotangents of x, y, h, kernel asked for (`which`) from the result's cotangent ct."""
-  w = _made(h, kernel)
+def _bwd_composite(*args, which, key, edge_cts=None):
+  """The cotangents asked for (`which`) of the floats, from the result's cotangent (the operand
+  after them). edge_cts: None, or a function (x, y, w, ct, *graph) -> (y's, w's cotangents)
+  used where both are needed (a lowering's fused call; not differentiable)."""
+  n = len(which)
+  floats, ct, graph = args[:n], args[n], args[n + 1:]
+  x, y = floats[:2]
+  w = _weights(floats)
   out = []
   if which[0]:
     out.append(_conv_built_p.bind(y, w, ct, *graph, mode=X, key=key))
+  want_w = any(which[2:])
+  if which[1] and want_w and edge_cts is not None:
+    dy, dw = edge_cts(x, y, w, ct, *graph)
+  else:
+    dy = _conv_built_p.bind(x, w, ct, *graph, mode=Y, key=key) if which[1] else None
+    dw = _conv_built_p.bind(x, y, ct, *graph, mode=W, key=key) if want_w else None
   if which[1]:
-    out.append(_conv_built_p.bind(x, w, ct, *graph, mode=Y, key=key))
-  if which[2] or which[3]:
-    dw = _conv_built_p.bind(x, y, ct, *graph, mode=W, key=key)
+    out.append(dy)
+  if n == 3:
+    if which[2]:
+      out.append(dw)
+  else:
+    h, kernel = floats[2:]
     if which[2]:
       out.append(_made(dw, kernel.T))
     if which[3]:
@@ -383,22 +429,25 @@ def _present(values, which):
   return [next(it) if present else None for present in which]
 
 
-def _lin_abstract_eval(x, y, h, kernel, *rest, which, key):
+def _lin_abstract_eval(*args, which, key):
+  n = _floats_count("conv_lin_p", which)
+  floats, rest = args[:n], args[n:]
   graph = rest[sum(which):]
-  spec = _check_factored("conv_factored_lin_p", x, y, h, kernel, graph, key)
-  for t, p in zip(_present(rest[:sum(which)], which), (x, y, h, kernel)):
+  spec = _check_floats("conv_lin_p", floats, graph, key)
+  for t, p in zip(_present(rest[:sum(which)], which), floats):
     if t is not None and (t.shape != p.shape or t.dtype != p.dtype):
-      raise TypeError(f"conv_factored_lin_p: a tangent {t.dtype}{list(t.shape)} differs from its "
+      raise TypeError(f"conv_lin_p: a tangent {t.dtype}{list(t.shape)} differs from its "
                       f"primal {p.dtype}{list(p.shape)}")
-  return jax.core.ShapedArray((graph[3].shape[0] - 1, spec.dims[OUT]), x.dtype)
+  return jax.core.ShapedArray((graph[3].shape[0] - 1, spec.dims[OUT]), floats[0].dtype)
 
 
-def _bwd_abstract_eval(x, y, h, kernel, ct, *graph, which, key):
-  spec = _check_factored("conv_factored_bwd_p", x, y, h, kernel, graph, key)
-  if ct.shape != (graph[3].shape[0] - 1, spec.dims[OUT]) or ct.dtype != x.dtype:
-    raise TypeError(f"conv_factored_bwd_p: the result's cotangent is {ct.dtype}{list(ct.shape)}")
-  return [jax.core.ShapedArray(p.shape, p.dtype) for p, want in zip((x, y, h, kernel), which)
-          if want]
+def _bwd_abstract_eval(*args, which, key):
+  n = _floats_count("conv_bwd_p", which)
+  floats, ct, graph = args[:n], args[n], args[n + 1:]
+  spec = _check_floats("conv_bwd_p", floats, graph, key)
+  if ct.shape != (graph[3].shape[0] - 1, spec.dims[OUT]) or ct.dtype != floats[0].dtype:
+    raise TypeError(f"conv_bwd_p: the result's cotangent is {ct.dtype}{list(ct.shape)}")
+  return [jax.core.ShapedArray(p.shape, p.dtype) for p, want in zip(floats, which) if want]
 
 
 def _cpu_handler(name):
@@ -421,80 +470,102 @@ def _lin_lowering(ctx, *args, which, key):
                           multiple_results=True)(ctx, *args)
 
 
-def _bwd_lowering(ctx, *args, which, key, platform):
-  if platform != "cpu" or not _cpu_handler("jaxext_conv_factored_bwd"):
-    return compat.lower_fun(lambda *xs: _bwd_composite(*xs, which=which, key=key),
-                            multiple_results=True)(ctx, *args)
-  # Four results always; those not asked for are empty (the handler skips them).
-  shapes = [jax.ShapeDtypeStruct(p.shape if want else (0,) + p.shape[1:], p.dtype)
-            for p, want in zip(ctx.avals_in[:4], which)]
-  call = jax.ffi.ffi_call("jaxext_conv_factored_bwd", shapes)
-  attrs = ffi_attrs(_spec(*key), OUT)
+def _edge_cts(x, y, w, ct, *graph, key):
+  """The CUDA handler's y and w cotangents in one call (jaxext_conv_edge_cts)."""
+  call = jax.ffi.ffi_call("jaxext_conv_edge_cts", (jax.ShapeDtypeStruct(y.shape, y.dtype),
+                                                   jax.ShapeDtypeStruct(w.shape, w.dtype)))
+  return call(x, y, w, ct, *graph, **ffi_attrs(_spec(*key), Y))
 
-  def run(*xs):
-    return [r for r, want in zip(call(*xs, **attrs), which) if want]
-  return compat.lower_fun(run, multiple_results=True)(ctx, *args)
+
+def _bwd_lowering(ctx, *args, which, key, platform):
+  if platform == "cpu" and len(which) == 4 and _cpu_handler("jaxext_conv_factored_bwd"):
+    # Four results always; those not asked for are empty (the handler skips them).
+    shapes = [jax.ShapeDtypeStruct(p.shape if want else (0,) + p.shape[1:], p.dtype)
+              for p, want in zip(ctx.avals_in[:4], which)]
+    call = jax.ffi.ffi_call("jaxext_conv_factored_bwd", shapes)
+    attrs = ffi_attrs(_spec(*key), OUT)
+
+    def run(*xs):
+      return [r for r, want in zip(call(*xs, **attrs), which) if want]
+    return compat.lower_fun(run, multiple_results=True)(ctx, *args)
+  edge_cts = None
+  # JAXEXT_CONV_EDGE_CTS=separate, read as a function is lowered: each mode's own call instead
+  # (A/B comparisons in one process: tools/gpu_checks.py).
+  if (platform == "cuda" and "jaxext_conv_edge_cts" in _ffi.register_all().get("CUDA", ()) and
+      os.environ.get("JAXEXT_CONV_EDGE_CTS") != "separate"):
+    edge_cts = functools.partial(_edge_cts, key=key)
+  return compat.lower_fun(
+      lambda *xs: _bwd_composite(*xs, which=which, key=key, edge_cts=edge_cts),
+      multiple_results=True)(ctx, *args)
+
+
+def _result_jvp(bind, primals, tangents, key):
+  """The JVP of conv()'s result (`bind` of its floats and graph): the primal and _conv_lin_p."""
+  n = len(primals) - _GRAPH_OPERANDS
+  floats, graph = primals[:n], primals[n:]
+  which = tuple(not compat.is_zero_tangent(t) for t in tangents[:n])
+  out = bind(*primals)
+  if not any(which):
+    return out, jnp.zeros_like(out)
+  present = [t for t, p in zip(tangents[:n], which) if p]
+  return out, _conv_lin_p.bind(*floats, *present, *graph, which=which, key=key)
 
 
 def _factored_jvp(primals, tangents, *, key):
-  (x, y, h, kernel), graph = primals[:4], primals[4:]
-  present = [t for t in tangents[:4] if not compat.is_zero_tangent(t)]
-  which = tuple(not compat.is_zero_tangent(t) for t in tangents[:4])
-  out = _conv_factored_p.bind(x, y, h, kernel, *graph, key=key)
-  if not present:
-    return out, jnp.zeros_like(out)
-  return out, _conv_factored_lin_p.bind(x, y, h, kernel, *present, *graph, which=which, key=key)
+  return _result_jvp(lambda *p: _conv_factored_p.bind(*p, key=key), primals, tangents, key)
 
 
-def _lin_transpose(ct, x, y, h, kernel, *rest, which, key):
-  n = sum(which)
-  tangents, graph = rest[:n], rest[n:]
-  if any(compat.is_undefined_primal(v) for v in (x, y, h, kernel, *graph)):
-    raise NotImplementedError("conv_factored_lin_p is linear in its tangents only")
+def _built_jvp(primals, tangents, *, mode, key):
+  """conv()'s own primitive: its result (mode OUT) through _conv_lin_p, the other modes (its
+  derivatives) trilinear."""
+  if mode != OUT:
+    return _trilinear_jvps[_conv_built_p](primals, tangents, mode=mode, key=key)
+  return _result_jvp(lambda *p: _conv_built_p.bind(*p, mode=OUT, key=key), primals, tangents,
+                     key)
+
+
+def _lin_transpose(ct, *args, which, key):
+  n, m = len(which), sum(which)
+  floats, tangents, graph = args[:n], args[n:n + m], args[n + m:]
+  if any(compat.is_undefined_primal(v) for v in (*floats, *graph)):
+    raise NotImplementedError("conv_lin_p is linear in its tangents only")
   if compat.is_zero_tangent(ct):
-    return [None] * (4 + n + len(graph))
+    return [None] * len(args)
   spread = _present(tangents, which)
   need = [t is not None and compat.is_undefined_primal(t) for t in spread]
-  cts = [None] * 4
+  cts = [None] * n
   if any(need):
-    cts = _present(_conv_factored_bwd_p.bind(x, y, h, kernel, ct, *graph, which=tuple(need),
-                                             key=key), need)
-  return [None] * 4 + [c for c, present in zip(cts, which) if present] + [None] * len(graph)
+    cts = _present(_conv_bwd_p.bind(*floats, ct, *graph, which=tuple(need), key=key), need)
+  return [None] * n + [c for c, present in zip(cts, which) if present] + [None] * len(graph)
 
 
 def _composite_jvp(fn, n_float):
   """A JVP rule: the JVP of `fn` (a composition of differentiable primitives) in its first
-  n_float operands, the rest (the graph) constant."""
+  n_float operands (n_float(params) when a function of the parameters), the rest (the graph)
+  constant."""
   def rule(primals, tangents, **params):
-    floats, graph = primals[:n_float], primals[n_float:]
-    ts = [compat.instantiate_zeros(t) for t in tangents[:n_float]]
+    k = n_float(params) if callable(n_float) else n_float
+    floats, graph = primals[:k], primals[k:]
+    ts = [compat.instantiate_zeros(t) for t in tangents[:k]]
     return jax.jvp(lambda *f: fn(*f, *graph, **params), tuple(floats), tuple(ts))
   return rule
 
 
-def _lin_jvp(primals, tangents, *, which, key):
-  n = 4 + sum(which)
-  return _composite_jvp(_lin_composite, n)(primals, tangents, which=which, key=key)
-
-
-def _bwd_jvp(primals, tangents, *, which, key):
-  return _composite_jvp(_bwd_composite, 5)(primals, tangents, which=which, key=key)
-
-
 _conv_factored_p.def_abstract_eval(_factored_abstract_eval)
-_conv_factored_lin_p.def_abstract_eval(_lin_abstract_eval)
-_conv_factored_bwd_p.def_abstract_eval(_bwd_abstract_eval)
-for _prim in (_conv_factored_p, _conv_factored_lin_p, _conv_factored_bwd_p):
+_conv_lin_p.def_abstract_eval(_lin_abstract_eval)
+_conv_bwd_p.def_abstract_eval(_bwd_abstract_eval)
+for _prim in (_conv_factored_p, _conv_lin_p, _conv_bwd_p):
   _eager.def_jit_impl(_prim)
 for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):
   compat.register_lowering(_conv_factored_p,
                            functools.partial(_factored_lowering, platform=_name), _name)
-  compat.register_lowering(_conv_factored_lin_p, _lin_lowering, _name)
-  compat.register_lowering(_conv_factored_bwd_p,
-                           functools.partial(_bwd_lowering, platform=_name), _name)
+  compat.register_lowering(_conv_lin_p, _lin_lowering, _name)
+  compat.register_lowering(_conv_bwd_p, functools.partial(_bwd_lowering, platform=_name), _name)
+compat.register_jvp(_conv_built_p, _built_jvp)
 compat.register_jvp(_conv_factored_p, _factored_jvp)
-compat.register_jvp(_conv_factored_lin_p, _lin_jvp)
-compat.register_jvp(_conv_factored_bwd_p, _bwd_jvp)
-compat.register_transpose(_conv_factored_lin_p, _lin_transpose)
-for _prim in (_conv_factored_p, _conv_factored_lin_p, _conv_factored_bwd_p):
+compat.register_jvp(_conv_lin_p,
+                    _composite_jvp(_lin_composite, lambda p: len(p["which"]) + sum(p["which"])))
+compat.register_jvp(_conv_bwd_p, _composite_jvp(_bwd_composite, lambda p: len(p["which"]) + 1))
+compat.register_transpose(_conv_lin_p, _lin_transpose)
+for _prim in (_conv_factored_p, _conv_lin_p, _conv_bwd_p):
   compat.register_batching(_prim, functools.partial(_batch, _prim))

@@ -360,11 +360,12 @@ compat.register_lowering(tp_p, functools.partial(_lowering, platform="CUDA"), "c
                          partitioned=True)
 
 
-def register_trilinear_rules(prim) -> None:
+def register_trilinear_rules(prim):
   """JVP and transpose of a four-mode primitive (tp_p, conv_p): trilinear in its first three
   operands (the slots other than `mode`, in slot order); any further operands (conv's graph) are
   constants. The JVP is the same mode on each tangent in turn; the transpose with respect to one
-  operand is the mode of that operand's slot, the cotangent standing in the result's slot."""
+  operand is the mode of that operand's slot, the cotangent standing in the result's slot.
+  Returns the JVP rule (for a primitive that replaces it in some modes)."""
 
   def jvp(primals, tangents, *, mode, key):
     data, rest = primals[:3], primals[3:]
@@ -397,6 +398,7 @@ def register_trilinear_rules(prim) -> None:
 
   compat.register_jvp(prim, jvp)
   compat.register_transpose(prim, transpose)
+  return jvp
 
 
 register_trilinear_rules(tp_p)
