@@ -92,6 +92,8 @@ def test_gpu_checks_peer_arms_run_on_cpu(tmp_path):
     assert len(diffs) == 6 and max(diffs) < tol, row
     for arm in ("fused edge-cts-separate", "fused again"):
       assert row[f"{arm} fwd+bwd ms"] > 0, row
+      assert row[f"{arm} calls jaxext_conv_edge_cts"] is False, row  # the CPU: modes alone
+    assert row["fused edge-cts A/B max rel diff"] == 0, row
 
 
 def test_gpu_checks_nequip_section_on_cpu(tmp_path):

@@ -1088,13 +1088,13 @@ def equivariant_checks(check, gpu, cpu, best, report, rng, small=False, peers=Fa
       print(row)
   if peers:
     try:
-      e3nn_arm(gpu, best, report, small)
+      e3nn_arm(gpu, best, report, small, check)
     except Exception as err:  # noqa: BLE001 - a peer's failure is reported, not fatal
       report["bench"].append({"op": "e3nn arm", "error": repr(err)[:2000]})
       print("e3nn arm failed:", repr(err)[:2000])
 
 
-def e3nn_arm(gpu, best, report, small):
+def e3nn_arm(gpu, best, report, small, check):
   """benchmarks/equivariant_bench.py's layer (radial MLP weights, positions in, forces out) on the
   GPU in its three arms, fused, unfused and e3nn-jax 0.21.0 (gather, vmapped legacy
   FunctionalTensorProduct, jax.ops.segment_sum), and cuequivariance-jax's fused kernel where it
@@ -1131,11 +1131,23 @@ def e3nn_arm(gpu, best, report, small):
       if separate:
         os.environ["JAXEXT_CONV_EDGE_CTS"] = "separate"
       try:
-        exe = jax.jit(eb.job_fn("fused", "fwd+bwd", "mlp", nodes)).lower(*args).compile()
+        lowered = jax.jit(eb.job_fn("fused", "fwd+bwd", "mlp", nodes)).lower(*args)
       finally:
         os.environ.pop("JAXEXT_CONV_EDGE_CTS", None)
+      # (on the CPU stand-in neither arm has it: the CPU lowers each mode alone)
+      row[f"{arm} calls jaxext_conv_edge_cts"] = "@jaxext_conv_edge_cts(" in lowered.as_text()
+      exe = lowered.compile()
       outs[(arm, "fwd+bwd")] = jax.tree.map(np.asarray, exe(*args))
       row[f"{arm} fwd+bwd ms"] = best(exe, *args, repeats=10) * 1e3
+    # the two arms' results: the same sums in the same order (bitwise under the CPU emulation)
+    row["fused edge-cts A/B max rel diff"] = diff = max(eb.max_rel(a, b) for a, b in zip(
+        jax.tree.leaves(outs[("fused edge-cts-separate", "fwd+bwd")]),
+        jax.tree.leaves(outs[("fused again", "fwd+bwd")])))
+    if gpu.platform == "gpu":
+      check(f"equivariant gpu: layer's edge cotangents in one call ({dtype}), as the two alone",
+            row["fused again calls jaxext_conv_edge_cts"] and
+            not row["fused edge-cts-separate calls jaxext_conv_edge_cts"] and
+            diff < (1e-12 if dtype == "float64" else 1e-5), f"relative {diff:.3g}")
     for (arm, job), out in outs.items():
       if arm != "e3nn":
         ref = jax.tree.leaves(outs[("e3nn", job)])
