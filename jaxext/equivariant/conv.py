@@ -388,8 +388,8 @@ def _lin_composite(*args, which, key):
   terms = (([(tx, y, w)] if tx is not None else []) + ([(x, ty, w)] if ty is not None else []) +
            ([(x, y, functools.reduce(operator.add, tws))] if tws else []))
   zero = jnp.zeros((graph[3].shape[0] - 1, _spec(*key).dims[OUT]), x.dtype)
-  return functools.reduce(operator.add, (_conv_built_p.bind(*args, *graph, mode=OUT, key=key)
-                                         for args in terms), zero)
+  return functools.reduce(operator.add, (_conv_built_p.bind(*ops, *graph, mode=OUT, key=key)
+                                         for ops in terms), zero)
 
 
 def _bwd_composite(*args, which, key, edge_cts=None):
