@@ -21,6 +21,39 @@ ffi::Error Invalid(const std::string& what) {
   return ffi::Error::InvalidArgument(std::string(kOp) + ": " + what);
 }
 
+// The six graph operands (int32; lengths consistent) as a TpGraph (its node order, ranges and
+// tasks left for the caller), and the rows of the four slots {senders, edges, edges, receivers};
+// an error naming `op` otherwise.
+ffi::Error DecodeGraph(ffi::AnyBuffer& senders, ffi::AnyBuffer& receivers, ffi::AnyBuffer& by_recv,
+                       ffi::AnyBuffer& recv_ranges, ffi::AnyBuffer& by_send,
+                       ffi::AnyBuffer& send_ranges, const char* op, TpGraph* g, int64_t rows[4]) {
+  for (ffi::AnyBuffer* ids : {&senders, &receivers, &by_recv, &recv_ranges, &by_send,
+                              &send_ranges}) {
+    if (ids->element_type() != ffi::DataType::S32) {
+      return ffi::Error::InvalidArgument(std::string(op) + ": int32 indices");
+    }
+  }
+  const int64_t e = static_cast<int64_t>(senders.element_count());
+  const int64_t r = static_cast<int64_t>(recv_ranges.element_count()) - 1;
+  const int64_t s = static_cast<int64_t>(send_ranges.element_count()) - 1;
+  if (static_cast<int64_t>(receivers.element_count()) != e ||
+      static_cast<int64_t>(by_recv.element_count()) != e ||
+      static_cast<int64_t>(by_send.element_count()) != e || r < 0 || s < 0) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": graph operands disagree");
+  }
+  rows[tp::kX] = s;
+  rows[tp::kY] = rows[tp::kW] = e;
+  rows[tp::kOut] = r;
+  g->senders = senders.typed_data<int32_t>();
+  g->receivers = receivers.typed_data<int32_t>();
+  g->recv_ranges = recv_ranges.typed_data<int32_t>();
+  g->send_ranges = send_ranges.typed_data<int32_t>();
+  g->n_senders = s;
+  g->n_receivers = r;
+  g->n_edges = e;
+  return ffi::Error::Success();
+}
+
 #define JAXEXT_CONV_CUDA_PARAMS                                                                \
   cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,                 \
       ffi::AnyBuffer senders, ffi::AnyBuffer receivers, ffi::AnyBuffer by_recv,              \
@@ -42,20 +75,15 @@ ffi::Error ConvTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
                      ffi::AnyBuffer send_ranges, ffi::AnyBuffer tasks,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> partial,
                      int64_t task_edges, const TpAttrs& attrs) {
-  for (ffi::AnyBuffer* ids :
-       {&senders, &receivers, &by_recv, &recv_ranges, &by_send, &send_ranges, &tasks}) {
-    if (ids->element_type() != ffi::DataType::S32) return Invalid("int32 indices");
-  }
+  if (tasks.element_type() != ffi::DataType::S32) return Invalid("int32 indices");
   const int m = attrs.mode;
-  const int64_t e = static_cast<int64_t>(senders.element_count());
-  const int64_t r = static_cast<int64_t>(recv_ranges.element_count()) - 1;
-  const int64_t s = static_cast<int64_t>(send_ranges.element_count()) - 1;
-  if (static_cast<int64_t>(receivers.element_count()) != e ||
-      static_cast<int64_t>(by_recv.element_count()) != e ||
-      static_cast<int64_t>(by_send.element_count()) != e || r < 0 || s < 0) {
-    return Invalid("graph operands disagree");
+  TpGraph g;
+  int64_t rows[4];
+  if (ffi::Error err = DecodeGraph(senders, receivers, by_recv, recv_ranges, by_send, send_ranges,
+                                   kOp, &g, rows);
+      err.failure()) {
+    return err;
   }
-  const int64_t rows[4] = {s, e, e, r};
   ffi::AnyBuffer* const operands[3] = {&a, &b, &c};
   TpOperands<T> ops{};
   if (ffi::Error err =
@@ -68,17 +96,9 @@ ffi::Error ConvTyped(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   for (int k = 0; k < 4; ++k) ops.dims[k] = attrs.dims[k];
   ops.result = out->typed_data<T>();
   ops.rows = rows[m];
-  TpGraph g;
-  g.senders = senders.typed_data<int32_t>();
-  g.receivers = receivers.typed_data<int32_t>();
   const bool by_sender = m == tp::kX;  // x's cotangent: sender nodes; out: receiver nodes
   g.order = (by_sender ? by_send : by_recv).typed_data<int32_t>();
   g.ranges = (by_sender ? send_ranges : recv_ranges).typed_data<int32_t>();
-  g.recv_ranges = recv_ranges.typed_data<int32_t>();
-  g.send_ranges = send_ranges.typed_data<int32_t>();
-  g.n_senders = s;
-  g.n_receivers = r;
-  g.n_edges = e;
   if (m == tp::kOut || m == tp::kX) {  // node rows: cut into tasks
     const int64_t width = attrs.dims[m];
     if (task_edges < 1 || static_cast<int64_t>(tasks.element_count()) != ops.rows + 1 ||
@@ -160,21 +180,13 @@ ffi::Error DecodeEdgeCtsAttrs(int64_t mode, ffi::Span<const int64_t> dims,
 
 template <typename T>
 ffi::Error EdgeCtsTyped(JAXEXT_CONV_EDGE_CTS_PARAMS, const TpAttrs& attrs) {
-  for (ffi::AnyBuffer* ids : {&senders, &receivers, &by_recv, &recv_ranges, &by_send,
-                              &send_ranges}) {
-    if (ids->element_type() != ffi::DataType::S32) {
-      return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": int32 indices");
-    }
+  TpGraph g;
+  int64_t rows[4];
+  if (ffi::Error err = DecodeGraph(senders, receivers, by_recv, recv_ranges, by_send, send_ranges,
+                                   kEdgeCtsOp, &g, rows);
+      err.failure()) {
+    return err;
   }
-  const int64_t e = static_cast<int64_t>(senders.element_count());
-  const int64_t r = static_cast<int64_t>(recv_ranges.element_count()) - 1;
-  const int64_t s = static_cast<int64_t>(send_ranges.element_count()) - 1;
-  if (static_cast<int64_t>(receivers.element_count()) != e ||
-      static_cast<int64_t>(by_recv.element_count()) != e ||
-      static_cast<int64_t>(by_send.element_count()) != e || r < 0 || s < 0) {
-    return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": graph operands disagree");
-  }
-  const int64_t rows[4] = {s, e, e, r};
   // y's cotangent from (x, w, ct); w's from (x, y, ct): each checked as its mode's call would be.
   TpOperands<T> ops{};
   ffi::AnyBuffer* const y_operands[3] = {&x, &w, &ct};
@@ -196,15 +208,7 @@ ffi::Error EdgeCtsTyped(JAXEXT_CONV_EDGE_CTS_PARAMS, const TpAttrs& attrs) {
   if (!tables.has_value()) return tables.error();
   for (int k = 0; k < 4; ++k) ops.dims[k] = attrs.dims[k];
   ops.result = dy->typed_data<T>();
-  ops.rows = e;
-  TpGraph g;
-  g.senders = senders.typed_data<int32_t>();
-  g.receivers = receivers.typed_data<int32_t>();
-  g.recv_ranges = recv_ranges.typed_data<int32_t>();
-  g.send_ranges = send_ranges.typed_data<int32_t>();
-  g.n_senders = s;
-  g.n_receivers = r;
-  g.n_edges = e;
+  ops.rows = rows[tp::kY];
   if (ffi::Error err = CheckTables(*tables, ops.dims, kEdgeCtsOp); err.failure()) return err;
   return LaunchStatus(kEdgeCtsOp, LaunchTpEdgeCts<T>(stream, *tables, w_slots[tp::kY], ops,
                                                      dw->typed_data<T>(), g));
@@ -249,30 +253,10 @@ ffi::Error EdgeCtsInitializeImpl(JAXEXT_CONV_EDGE_CTS_PARAMS) {
 
 }  // namespace
 
-#define JAXEXT_CONV_CUDA_BINDING(stage)                 \
-  ffi::Ffi::Bind<stage>()                               \
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()         \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Arg<ffi::AnyBuffer>()                            \
-      .Ret<ffi::AnyBuffer>()                            \
-      .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS.Attr<int64_t>("task_edges")
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCudaInitialize, ConvInitializeImpl,
-                              JAXEXT_CONV_CUDA_BINDING(ffi::ExecutionStage::kInitialize));
-// Command-buffer compatible: the tables were copied in the initialize stage; launches only.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCuda, ConvImpl,
-                              JAXEXT_CONV_CUDA_BINDING(ffi::ExecutionStage::kExecute),
-                              {ffi::Traits::kCmdBufferCompatible});
-
-#define JAXEXT_CONV_EDGE_CTS_BINDING(stage)             \
+// Both handlers: ten buffers in (conv's: three slots, the graph's six, the tasks; the edge
+// cotangents': x, y, w, the result's cotangent, the graph's six), two out, the product's
+// attributes.
+#define JAXEXT_CONV_CUDA_BUFFERS(stage)                 \
   ffi::Ffi::Bind<stage>()                               \
       .Ctx<ffi::PlatformStream<cudaStream_t>>()         \
       .Arg<ffi::AnyBuffer>()                            \
@@ -287,15 +271,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCuda, ConvImpl,
       .Arg<ffi::AnyBuffer>()                            \
       .Ret<ffi::AnyBuffer>()                            \
       .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS
+#define JAXEXT_CONV_CUDA_BINDING(stage) \
+  JAXEXT_CONV_CUDA_BUFFERS(stage).Attr<int64_t>("task_edges")
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvEdgeCtsCudaInitialize, EdgeCtsInitializeImpl,
-                              JAXEXT_CONV_EDGE_CTS_BINDING(ffi::ExecutionStage::kInitialize));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvEdgeCtsCuda, EdgeCtsImpl,
-                              JAXEXT_CONV_EDGE_CTS_BINDING(ffi::ExecutionStage::kExecute),
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCudaInitialize, ConvInitializeImpl,
+                              JAXEXT_CONV_CUDA_BINDING(ffi::ExecutionStage::kInitialize));
+// Command-buffer compatible: the tables were copied in the initialize stage; launches only.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvCuda, ConvImpl,
+                              JAXEXT_CONV_CUDA_BINDING(ffi::ExecutionStage::kExecute),
                               {ffi::Traits::kCmdBufferCompatible});
 
-#undef JAXEXT_CONV_EDGE_CTS_BINDING
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvEdgeCtsCudaInitialize, EdgeCtsInitializeImpl,
+                              JAXEXT_CONV_CUDA_BUFFERS(ffi::ExecutionStage::kInitialize));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextConvEdgeCtsCuda, EdgeCtsImpl,
+                              JAXEXT_CONV_CUDA_BUFFERS(ffi::ExecutionStage::kExecute),
+                              {ffi::Traits::kCmdBufferCompatible});
+
 #undef JAXEXT_CONV_CUDA_BINDING
+#undef JAXEXT_CONV_CUDA_BUFFERS
 
 }  // namespace cuda
 }  // namespace jaxext

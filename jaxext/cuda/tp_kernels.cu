@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include <cuda_runtime_api.h>
 
@@ -215,6 +216,99 @@ __device__ __forceinline__ T TpWarpSum(T v) {
   return v;
 }
 
+// Calls fn(DX, DO) with a path's sizes (2l+1 in {1, 3, 5, 7}) as std::integral_constants, so
+// that fn's per-channel arrays and loops have sizes fixed at compile time.
+template <int DX, typename Fn>
+__device__ __forceinline__ void TpWithDout(int dout, Fn&& fn) {
+  using std::integral_constant;
+  switch (dout) {
+    case 1: fn(integral_constant<int, DX>{}, integral_constant<int, 1>{}); break;
+    case 3: fn(integral_constant<int, DX>{}, integral_constant<int, 3>{}); break;
+    case 5: fn(integral_constant<int, DX>{}, integral_constant<int, 5>{}); break;
+    default: fn(integral_constant<int, DX>{}, integral_constant<int, 7>{}); break;
+  }
+}
+
+template <typename Fn>
+__device__ __forceinline__ void TpWithSizes(int dx, int dout, Fn&& fn) {
+  switch (dx) {
+    case 1: TpWithDout<1>(dout, fn); break;
+    case 3: TpWithDout<3>(dout, fn); break;
+    case 5: TpWithDout<5>(dout, fn); break;
+    default: TpWithDout<7>(dout, fn); break;
+  }
+}
+
+// The per-channel pieces of the w and y cotangents, shared by their modes and the edge
+// cotangents' pass (same expressions, same order: the same sums).
+// w's cotangent of one channel: x^T M o.
+template <typename T, int DX, int DO>
+__device__ __forceinline__ T TpChannelXMO(const T* __restrict__ M, const T (&xv)[DX],
+                                          const T (&ov)[DO]) {
+  T s = T(0);
+#pragma unroll
+  for (int i = 0; i < DX; ++i) {
+    T t = T(0);
+#pragma unroll
+    for (int k = 0; k < DO; ++k) t += M[i * DO + k] * ov[k];
+    s += xv[i] * t;
+  }
+  return s;
+}
+
+// Adds one channel's w x (outer) o to this lane's share n of N.
+template <typename T, int DX, int DO>
+__device__ __forceinline__ void TpAddChannelN(T (&n)[DX * DO], T wu, const T (&xv)[DX],
+                                              const T (&ov)[DO]) {
+#pragma unroll
+  for (int i = 0; i < DX; ++i) {
+    const T a = wu * xv[i];
+#pragma unroll
+    for (int k = 0; k < DO; ++k) n[i * DO + k] += a * ov[k];
+  }
+}
+
+// The warp's N block: every lane's share added by shuffles, each element written by one lane.
+template <typename T, int DX, int DO>
+__device__ __forceinline__ void TpStoreWarpN(const T (&n)[DX * DO], T* __restrict__ N,
+                                             int lane) {
+#pragma unroll
+  for (int t = 0; t < DX * DO; ++t) {
+    const T s = TpWarpSum(n[t]);
+    if (lane == t % kTpWarp) N[t] = s;
+  }
+}
+
+// The K values of channel u of a row's irrep block starting at `begin`, into registers.
+template <typename T, int K>
+__device__ __forceinline__ void TpLoadChannel(const T* __restrict__ row, int64_t begin, int u,
+                                              T (&v)[K]) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) v[i] = row[begin + u * K + i];
+}
+
+// M = sum_j c y[j] for every path (the lanes over its elements).
+template <typename T>
+__device__ __forceinline__ void TpBuildM(const TpFast<T>& f, const T* __restrict__ y,
+                                         T* __restrict__ M, int lane) {
+  for (int pos = lane; pos < f.m_size; pos += kTpWarp) {
+    T s = T(0);
+    for (int e = f.m_begin[pos]; e < f.m_begin[pos + 1]; ++e) s += f.m_v[e] * y[f.m_j[e]];
+    M[pos] = s;
+  }
+}
+
+// Adds y's cotangent row, contracted from N, to acc (the lanes over its components).
+template <typename T>
+__device__ __forceinline__ void TpAddYRow(const TpFast<T>& f, const T* __restrict__ N,
+                                          T* __restrict__ acc, int lane) {
+  for (int jg = lane; jg < f.ny; jg += kTpWarp) {
+    T s = T(0);
+    for (int e = f.y_begin[jg]; e < f.y_begin[jg + 1]; ++e) s += f.y_v[e] * N[f.y_pos[e]];
+    acc[jg] += s;
+  }
+}
+
 // One path for this lane's channels. M: the path's (dx, dout) block (kY: N's block, written
 // here). acc: the warp's accumulator row (the result's layout).
 template <typename T, int kMode, int DX, int DO>
@@ -228,30 +322,17 @@ __device__ __forceinline__ void TpFastPathRow(const TpFastPath& q, T* __restrict
     for (int t = 0; t < DX * DO; ++t) n[t] = T(0);
     for (int u = lane; u < q.mul; u += kTpWarp) {
       T xv[DX], ov[DO];
-#pragma unroll
-      for (int i = 0; i < DX; ++i) xv[i] = x[q.x + u * DX + i];
-#pragma unroll
-      for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
-      const T wu = w[q.w + u];
-#pragma unroll
-      for (int i = 0; i < DX; ++i) {
-        const T a = wu * xv[i];
-#pragma unroll
-        for (int k = 0; k < DO; ++k) n[i * DO + k] += a * ov[k];
-      }
+      TpLoadChannel(x, q.x, u, xv);
+      TpLoadChannel(o, q.out, u, ov);
+      TpAddChannelN<T, DX, DO>(n, w[q.w + u], xv, ov);
     }
-#pragma unroll
-    for (int t = 0; t < DX * DO; ++t) {
-      const T s = TpWarpSum(n[t]);
-      if (lane == t % kTpWarp) M[t] = s;
-    }
+    TpStoreWarpN<T, DX, DO>(n, M, lane);
   } else {
     for (int u = lane; u < q.mul; u += kTpWarp) {
       const T wu = w == nullptr ? T(0) : w[q.w + u];
       if constexpr (kMode == tp::kOut) {
         T xv[DX];
-#pragma unroll
-        for (int i = 0; i < DX; ++i) xv[i] = x[q.x + u * DX + i];
+        TpLoadChannel(x, q.x, u, xv);
         T* a = acc + q.out + u * DO;
 #pragma unroll
         for (int k = 0; k < DO; ++k) {
@@ -262,8 +343,7 @@ __device__ __forceinline__ void TpFastPathRow(const TpFastPath& q, T* __restrict
         }
       } else if constexpr (kMode == tp::kX) {
         T ov[DO];
-#pragma unroll
-        for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
+        TpLoadChannel(o, q.out, u, ov);
         T* a = acc + q.x + u * DX;
 #pragma unroll
         for (int i = 0; i < DX; ++i) {
@@ -273,31 +353,12 @@ __device__ __forceinline__ void TpFastPathRow(const TpFastPath& q, T* __restrict
           a[i] += wu * s;
         }
       } else {  // kW
-        T ov[DO];
-#pragma unroll
-        for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
-        T s = T(0);
-#pragma unroll
-        for (int i = 0; i < DX; ++i) {
-          T t = T(0);
-#pragma unroll
-          for (int k = 0; k < DO; ++k) t += M[i * DO + k] * ov[k];
-          s += x[q.x + u * DX + i] * t;
-        }
-        acc[q.w + u] += s;
+        T xv[DX], ov[DO];
+        TpLoadChannel(x, q.x, u, xv);
+        TpLoadChannel(o, q.out, u, ov);
+        acc[q.w + u] += TpChannelXMO<T, DX, DO>(M, xv, ov);
       }
     }
-  }
-}
-
-template <typename T, int kMode, int DX>
-__device__ __forceinline__ void TpFastPathDout(const TpFastPath& q, T* M, const T* x,
-                                               const T* w, const T* o, T* acc, int lane) {
-  switch (q.dout) {
-    case 1: TpFastPathRow<T, kMode, DX, 1>(q, M, x, w, o, acc, lane); break;
-    case 3: TpFastPathRow<T, kMode, DX, 3>(q, M, x, w, o, acc, lane); break;
-    case 5: TpFastPathRow<T, kMode, DX, 5>(q, M, x, w, o, acc, lane); break;
-    default: TpFastPathRow<T, kMode, DX, 7>(q, M, x, w, o, acc, lane); break;
   }
 }
 
@@ -309,30 +370,19 @@ __device__ void TpFastEdge(const TpFast<T>& f, const T* __restrict__ x, const T*
                            const T* __restrict__ w, const T* __restrict__ o, T* __restrict__ acc,
                            T* __restrict__ M, int lane) {
   if constexpr (kMode != tp::kY) {
-    for (int pos = lane; pos < f.m_size; pos += kTpWarp) {
-      T s = T(0);
-      for (int e = f.m_begin[pos]; e < f.m_begin[pos + 1]; ++e) s += f.m_v[e] * y[f.m_j[e]];
-      M[pos] = s;
-    }
+    TpBuildM(f, y, M, lane);
     __syncwarp();
   }
   for (int p = 0; p < f.n_paths; ++p) {
     const TpFastPath q = f.paths[p];
-    T* m = M + q.moff;
-    switch (q.dx) {
-      case 1: TpFastPathDout<T, kMode, 1>(q, m, x, w, o, acc, lane); break;
-      case 3: TpFastPathDout<T, kMode, 3>(q, m, x, w, o, acc, lane); break;
-      case 5: TpFastPathDout<T, kMode, 5>(q, m, x, w, o, acc, lane); break;
-      default: TpFastPathDout<T, kMode, 7>(q, m, x, w, o, acc, lane); break;
-    }
+    TpWithSizes(q.dx, q.dout, [&](auto dx, auto dout) {
+      TpFastPathRow<T, kMode, decltype(dx)::value, decltype(dout)::value>(q, M + q.moff, x, w, o,
+                                                                          acc, lane);
+    });
   }
   if constexpr (kMode == tp::kY) {
     __syncwarp();  // N complete
-    for (int jg = lane; jg < f.ny; jg += kTpWarp) {
-      T s = T(0);
-      for (int e = f.y_begin[jg]; e < f.y_begin[jg + 1]; ++e) s += f.y_v[e] * M[f.y_pos[e]];
-      acc[jg] += s;
-    }
+    TpAddYRow(f, M, acc, lane);
   }
   __syncwarp();  // before the next edge rewrites M
 }
@@ -434,44 +484,12 @@ __device__ __forceinline__ void TpFastPathEdgeCts(const TpFastPath& q, const T* 
   for (int t = 0; t < DX * DO; ++t) n[t] = T(0);
   for (int u = lane; u < q.mul; u += kTpWarp) {
     T xv[DX], ov[DO];
-#pragma unroll
-    for (int i = 0; i < DX; ++i) xv[i] = x[q.x + u * DX + i];
-#pragma unroll
-    for (int k = 0; k < DO; ++k) ov[k] = o[q.out + u * DO + k];
-    T s = T(0);  // w's cotangent: x^T M o
-#pragma unroll
-    for (int i = 0; i < DX; ++i) {
-      T t = T(0);
-#pragma unroll
-      for (int k = 0; k < DO; ++k) t += M[i * DO + k] * ov[k];
-      s += xv[i] * t;
-    }
-    accw[q.w + u] += s;
-    const T wu = w[q.w + u];  // y's: this lane's share of N
-#pragma unroll
-    for (int i = 0; i < DX; ++i) {
-      const T a = wu * xv[i];
-#pragma unroll
-      for (int k = 0; k < DO; ++k) n[i * DO + k] += a * ov[k];
-    }
+    TpLoadChannel(x, q.x, u, xv);
+    TpLoadChannel(o, q.out, u, ov);
+    accw[q.w + u] += TpChannelXMO<T, DX, DO>(M, xv, ov);
+    TpAddChannelN<T, DX, DO>(n, w[q.w + u], xv, ov);
   }
-#pragma unroll
-  for (int t = 0; t < DX * DO; ++t) {
-    const T s = TpWarpSum(n[t]);
-    if (lane == t % kTpWarp) N[t] = s;
-  }
-}
-
-template <typename T, int DX>
-__device__ __forceinline__ void TpFastPathEdgeCtsDout(const TpFastPath& q, const T* M, T* N,
-                                                      const T* x, const T* w, const T* o,
-                                                      T* accw, int lane) {
-  switch (q.dout) {
-    case 1: TpFastPathEdgeCts<T, DX, 1>(q, M, N, x, w, o, accw, lane); break;
-    case 3: TpFastPathEdgeCts<T, DX, 3>(q, M, N, x, w, o, accw, lane); break;
-    case 5: TpFastPathEdgeCts<T, DX, 5>(q, M, N, x, w, o, accw, lane); break;
-    default: TpFastPathEdgeCts<T, DX, 7>(q, M, N, x, w, o, accw, lane); break;
-  }
+  TpStoreWarpN<T, DX, DO>(n, N, lane);
 }
 
 // Shared memory per warp, in elements: M, N, the w-cotangent row, the y-cotangent row; even.
@@ -512,29 +530,17 @@ __global__ void __launch_bounds__(kTpWarp * kTpFastWarps)
     const T* const o = ops.slot[tp::kOut] + orow * d[tp::kOut];
     for (int64_t c = lane; c < d[tp::kW]; c += kTpWarp) accw[c] = T(0);
     for (int64_t c = lane; c < d[tp::kY]; c += kTpWarp) accy[c] = T(0);
-    for (int pos = lane; pos < f.m_size; pos += kTpWarp) {
-      T s = T(0);
-      for (int e = f.m_begin[pos]; e < f.m_begin[pos + 1]; ++e) s += f.m_v[e] * y[f.m_j[e]];
-      M[pos] = s;
-    }
+    TpBuildM(f, y, M, lane);
     __syncwarp();  // M complete, the rows zeroed
     for (int p = 0; p < f.n_paths; ++p) {
       const TpFastPath q = f.paths[p];
-      const T* m = M + q.moff;
-      T* n = N + q.moff;
-      switch (q.dx) {
-        case 1: TpFastPathEdgeCtsDout<T, 1>(q, m, n, x, w, o, accw, lane); break;
-        case 3: TpFastPathEdgeCtsDout<T, 3>(q, m, n, x, w, o, accw, lane); break;
-        case 5: TpFastPathEdgeCtsDout<T, 5>(q, m, n, x, w, o, accw, lane); break;
-        default: TpFastPathEdgeCtsDout<T, 7>(q, m, n, x, w, o, accw, lane); break;
-      }
+      TpWithSizes(q.dx, q.dout, [&](auto dx, auto dout) {
+        TpFastPathEdgeCts<T, decltype(dx)::value, decltype(dout)::value>(
+            q, M + q.moff, N + q.moff, x, w, o, accw, lane);
+      });
     }
     __syncwarp();  // N and the w row complete
-    for (int jg = lane; jg < f.ny; jg += kTpWarp) {
-      T s = T(0);
-      for (int e = f.y_begin[jg]; e < f.y_begin[jg + 1]; ++e) s += f.y_v[e] * N[f.y_pos[e]];
-      accy[jg] += s;
-    }
+    TpAddYRow(f, N, accy, lane);
     __syncwarp();  // the y row complete
     for (int64_t c = lane; c < d[tp::kY]; c += kTpWarp) out_y[c] = accy[c];
     for (int64_t c = lane; c < d[tp::kW]; c += kTpWarp) out_w[c] = accw[c];
