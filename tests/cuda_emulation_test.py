@@ -182,6 +182,93 @@ def test_segment_sum_drops_out_of_range_ids_and_gives_nan_for_unsorted_ones():
   assert np.isnan(out).all()
 
 
+def _pieces_sum(rows, task_rows=128):
+  """The CUDA segment sum's documented order, in NumPy: pieces of task_rows rows, each summed in
+  row order (cumsum is sequential), then the pieces' sums in order."""
+  if len(rows) == 0:
+    return np.zeros(rows.shape[1:], rows.dtype)
+  sums = [np.cumsum(rows[i:i + task_rows], axis=0)[-1] for i in range(0, len(rows), task_rows)]
+  return np.cumsum(np.stack(sums), axis=0)[-1]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_segment_sum_cuts_long_segments_into_pieces_joined_in_order(dtype):
+  # Segments of 0, 1, 127, 128, 129, 256, 257 and 1500 rows and a padding segment (jax-md's: a
+  # fifth of the rows on one id), rows before and after them with ids out of range, values
+  # over many magnitudes (so that any other order of addition changes the bits).
+  counts = [0, 1, 127, 128, 129, 256, 257, 1500, 900]
+  n = len(counts)
+  ids = np.concatenate([[-3, -1], np.repeat(np.arange(n), counts), [n, n + 4]]).astype(np.int32)
+  rng = np.random.default_rng(41)
+  data = (rng.normal(size=(ids.size, 3, 2)) * 10.0 ** rng.uniform(-6, 6, (ids.size, 1, 1)))
+  data = data.astype(dtype)
+  want = np.stack([_pieces_sum(data[ids == s]) for s in range(n)])
+  for got in (eq.segment_sum(data, ids, n, indices_are_sorted=True),
+              jax.jit(lambda d, i: eq.segment_sum(d, i, n, indices_are_sorted=True))(data, ids)):
+    np.testing.assert_array_equal(np.asarray(got), want)
+  # the same rows shuffled: the lowering's stable sort keeps each segment's rows in their order
+  # in the shuffled data
+  perm = rng.permutation(ids.size)
+  np.testing.assert_array_equal(
+      np.asarray(eq.segment_sum(data[perm], ids[perm], n)),
+      np.stack([_pieces_sum(data[perm][ids[perm] == s]) for s in range(n)]))
+  # ... which is the sum to the dtype's rounding (long double, np.add.at: independent)
+  exact = np.zeros((n, 3, 2), np.longdouble)
+  inside = (ids >= 0) & (ids < n)
+  np.add.at(exact, ids[inside], data[inside].astype(np.longdouble))
+  scale = np.abs(data).max()
+  np.testing.assert_allclose(want, exact.astype(np.float64), rtol=0,
+                             atol=scale * np.finfo(dtype).eps * 64)
+  # The lowering: four operands (data, ids, the segments' ranges and tasks), the task size, and
+  # the pieces' partial rows (rows // 128 of them) as a third result.
+  text = jax.jit(lambda d, i: eq.segment_sum(d, i, n, indices_are_sorted=True)).lower(
+      data, ids).as_text()
+  calls = [c for c in _custom_calls(text) if "@jaxext_segment_sum(" in c]
+  assert len(calls) == 1 and "task_rows = 128" in calls[0], calls
+  assert calls[0].split("@jaxext_segment_sum(")[1].split(")")[0].count("%") == 4
+  assert f"tensor<{ids.size // 128}x3x2x" in calls[0], calls
+  # Unsorted ids promised sorted: NaN everywhere, the cut segments included.
+  bad = ids.copy()
+  bad[[10, 2000]] = bad[[2000, 10]]
+  out = np.asarray(eq.segment_sum(data, bad, n, indices_are_sorted=True))
+  assert np.isnan(out).all()
+
+
+def test_segment_sum_with_a_padding_segment_differentiates_through_gather():
+  # gather's transpose is this sum (unsorted ids: sorted by the lowering), at every order.
+  rng = np.random.default_rng(42)
+  idx = np.concatenate([rng.integers(0, 30, 400), np.full(700, 30)])
+  idx = rng.permutation(idx).astype(np.int32)
+  x = rng.normal(size=(31, 4))
+  w = rng.normal(size=(idx.size, 4))
+  got = jax.grad(lambda a: jnp.sum(w * eq.gather(a, idx)))(x)
+  want = np.zeros_like(x)
+  np.add.at(want, idx, w)
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
+  check_grads(lambda a: eq.segment_sum(a, idx, 31) ** 2, (w,), order=2, modes=("fwd", "rev"))
+
+
+def test_segment_sum_tasks_that_are_not_the_lowerings_give_nan():
+  # The handler bound with tasks that would write past the partial rows, or with ranges past the
+  # rows: NaN everywhere, nothing read or written out of bounds.
+  from jaxext.equivariant import segment as segment_module
+  conv_module = sys.modules["jaxext.equivariant.conv"]
+  ids = np.repeat(np.arange(3), [10, 300, 20]).astype(np.int32)
+  data = np.ones((ids.size, 2))
+  out = jax.ShapeDtypeStruct((3, 2), np.float64)
+  flag = jax.ShapeDtypeStruct((1,), np.int32)
+  partial = jax.ShapeDtypeStruct((ids.size // 128, 2), np.float64)
+  call = jax.ffi.ffi_call("jaxext_segment_sum", (out, flag, partial))
+  ranges = segment_module.sorted_ranges(jnp.asarray(ids), 3)
+  tasks = conv_module.node_tasks(ranges)
+  good = call(data, ids, ranges, tasks, task_rows=np.int64(128))[0]
+  np.testing.assert_array_equal(np.asarray(good), [[10, 10], [300, 300], [20, 20]])
+  too_many = conv_module.node_tasks(ranges, 8)  # more pieces than partial rows
+  past_end = ranges.at[3].set(ids.size + 5)
+  for r, t, k in ((ranges, too_many, 8), (past_end, tasks, 128)):
+    assert np.isnan(np.asarray(call(data, ids, r, t, task_rows=np.int64(k))[0])).all()
+
+
 def test_kepler_against_newton_in_float64_and_float32():
   rng = np.random.default_rng(4)
   m = np.concatenate([rng.uniform(-20, 20, 2000), [0.0, np.pi, -np.pi, 2 * np.pi, 1e-300]])
@@ -246,3 +333,17 @@ def test_transit_light_curve_against_the_sky_separation_and_mpmath():
   # (steps of 1e-6: the truncation error of 1e-4's was 1e-5 of the period's derivative)
   check_grads(curve, (period, r, t0), order=1, modes=["fwd", "rev"], eps=1e-6, atol=1e-7,
               rtol=1e-7)
+
+
+def test_segment_sum_lowers_for_cuda_with_symbolic_sizes():
+  # gather's transpose sums into x's rows, a symbolic count under a shape-polymorphic export; the
+  # CUDA lowering sizes its ranges, tasks and partial rows from such counts.
+  rows, edges = jax.export.symbolic_shape("n, e")
+  x = jax.ShapeDtypeStruct((rows, 4), np.float64)
+  idx = jax.ShapeDtypeStruct((edges,), np.int32)
+  grad = jax.grad(lambda a, i: jnp.sum(jnp.sin(eq.gather(a, i))))
+  exported = jax.export.export(
+      jax.jit(grad), platforms=("cuda",),
+      disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("jaxext_segment_sum")])(x, idx)
+  text = exported.mlir_module()
+  assert "@jaxext_segment_sum(" in text and "task_rows = 128" in text

@@ -36,9 +36,16 @@ def test_gpu_checks_script_runs_on_cpu(tmp_path):
   assert r.returncode == 0, r.stdout + r.stderr
   report = json.loads((tmp_path / "gpu_checks.json").read_text())
   assert report["checks"] and all(report["checks"].values()), report["checks"]
-  # 10 Kepler + 7 limbdark + 10 transit + 8 ode + 16 equivariant (4 of runs cut into tasks) +
-  # 7 ode_jnp (CPU against CPU; ode and ode_jnp: 2 each for the dense output)
-  assert len(report["checks"]) == 58
+  # 10 Kepler + 7 limbdark + 10 transit + 8 ode + 17 equivariant (4 of conv's runs cut into
+  # tasks, 1 of the segment sum's) + 7 ode_jnp (CPU against CPU; ode and ode_jnp: 2 each for
+  # the dense output)
+  assert len(report["checks"]) == 59
+  segment = [row for row in report["bench"]
+             if row.get("op") == "equivariant segment_sum, jax-md's padded graph"]
+  assert {row["dtype"] for row in segment} == {"float32", "float64"} and len(segment) == 2
+  for row in segment:
+    assert all(row[k] > 0 for k in ("padded_ms", "padded_jax_ops_ms", "spread_ms",
+                                    "spread_jax_ops_ms")), row
   layer = [row for row in report["bench"]
            if row.get("op", "").startswith("equivariant MACE-like layer (")]
   assert len(layer) == 4 and all(row["forward_ms"] > 0 and row["forward_backward_ms"] > 0

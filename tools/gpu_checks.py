@@ -1058,6 +1058,46 @@ def equivariant_checks(check, gpu, cpu, best, report, rng, small=False, peers=Fa
     except Exception as e:  # noqa: BLE001 - reported; the benchmarks below still run
       check(f"equivariant gpu: runs cut into tasks ({ixo}) ran", False, repr(e)[:1000])
 
+  # The segment sum's long segments are cut the same way (128 rows a piece, joined in order):
+  # the counts above plus a padding segment, rows out of range at both ends, sorted and shuffled,
+  # against the CPU and bits run to run; then timed on jax-md's padded graph (nequip_bench's
+  # 128,810 rows, a fifth of them on the dummy node; NequIP's 340 features) against
+  # jax.ops.segment_sum, and on the same rows spread over the nodes.
+  seg_counts = counts + [700]
+  seg_ids = np.concatenate([[-2, -1], np.repeat(np.arange(len(seg_counts)), seg_counts),
+                            [len(seg_counts), 99]]).astype(np.int32)
+  seg_data = rng.normal(size=(seg_ids.size, 5)) * 10.0 ** rng.uniform(-3, 3, (seg_ids.size, 1))
+  shuffle = rng.permutation(seg_ids.size)
+  try:
+    worst, same = 0.0, True
+    for d, i, promise in ((seg_data, seg_ids, True), (seg_data[shuffle], seg_ids[shuffle], False)):
+      seg = jax.jit(lambda d, i, promise=promise: eq.segment_sum(d, i, len(seg_counts),
+                                                                 indices_are_sorted=promise))
+      first, second = a(seg(*on(gpu, d, i))), a(seg(*on(gpu, d, i)))
+      same = same and np.array_equal(first, second)
+      worst = max(worst, rel(first, seg(*on(cpu, d, i))))
+    check("equivariant gpu: segment sum of segments cut into pieces matches cpu, bitwise run to "
+          "run", worst < 1e-13 and same, f"relative {worst:.3g}; bitwise {same}")
+  except Exception as e:  # noqa: BLE001 - reported; the benchmarks below still run
+    check("equivariant gpu: segment sum of segments cut into pieces ran", False, repr(e)[:1000])
+  pad_nodes, pad_rows, pad_features = (300, 12_881, 34) if small else (3000, 128_810, 340)
+  real = pad_rows - pad_rows // 5
+  spread = np.sort(rng.integers(0, pad_nodes, pad_rows)).astype(np.int32)
+  padded = np.sort(np.concatenate([rng.integers(0, pad_nodes, real),
+                                   np.full(pad_rows - real, pad_nodes)])).astype(np.int32)
+  for dtype in (np.float32, np.float64):
+    d = jax.device_put(rng.normal(size=(pad_rows, pad_features)).astype(dtype), gpu)
+    ours = jax.jit(lambda d, i: eq.segment_sum(d, i, pad_nodes + 1, indices_are_sorted=True))
+    xla = jax.jit(lambda d, i: jax.ops.segment_sum(d, i, pad_nodes + 1, indices_are_sorted=True))
+    row = {"op": "equivariant segment_sum, jax-md's padded graph", "dtype": np.dtype(dtype).name,
+           "rows": pad_rows, "segments": pad_nodes + 1, "features": pad_features}
+    for label, ids in (("padded", padded), ("spread", spread)):
+      i = jax.device_put(ids, gpu)
+      row[f"{label}_ms"] = best(ours, d, i) * 1e3
+      row[f"{label}_jax_ops_ms"] = best(xla, d, i) * 1e3
+    report["bench"].append(row)
+    print(row)
+
   # The MACE-like layer (benchmarks/equivariant_bench.py's sizes), fused against unfused.
   n_nodes, n_edges = (100, 3000) if small else (1000, 30000)
   ix = io = "64x0e+64x1o+64x2e"

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "jaxext/cuda/grid.h"
+#include "jaxext/kernels/conv_tasks.h"
 #include "jaxext/kernels/sph.h"
 
 namespace jaxext {
@@ -42,32 +43,66 @@ __global__ void CheckSortedKernel(const int32_t* __restrict__ id, int64_t e, int
   }
 }
 
-// out[s, k] = sum over the rows of segment s, in row order; NaN everywhere if *flag is set.
+// The segments' tasks are unusable (not the lowering's): the sums are NaN then, and nothing is
+// read past the rows or written past the partial rows.
+__device__ bool SegmentTasksBad(const int32_t* ranges, const int32_t* tasks, int64_t e,
+                                int64_t segments, int64_t partial_rows) {
+  const int64_t extra = static_cast<int64_t>(tasks[segments]) - segments;
+  return tasks[0] != 0 || extra < 0 || extra > partial_rows || ranges[0] < 0 ||
+         ranges[segments] > e || ranges[0] > ranges[segments];
+}
+
+// One thread per task and feature: a segment's sorted rows (ranges[s] .. ranges[s + 1]), or a
+// piece of task_rows of them (jaxext/kernels/conv_tasks.h), added in row order into y (the
+// segment's last piece) or a partial row (the others). NaN everywhere if the ids were found
+// unsorted (*flag) or the tasks are unusable.
 template <typename T>
-__global__ void SegmentSumKernel(const T* __restrict__ x, const int32_t* __restrict__ id, int64_t e,
-                                 int64_t segments, int64_t f, const int32_t* __restrict__ flag,
+__global__ void SegmentSumKernel(const T* __restrict__ x, const int32_t* __restrict__ ranges,
+                                 const int32_t* __restrict__ tasks, int64_t e, int64_t segments,
+                                 int64_t f, int64_t partial_rows, int64_t task_rows,
+                                 const int32_t* __restrict__ flag, T* __restrict__ partial,
                                  T* __restrict__ y) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  const bool unsorted = *flag != 0;
-  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < segments * f;
+  const bool nan = *flag != 0 || SegmentTasksBad(ranges, tasks, e, segments, partial_rows);
+  const int64_t n_tasks = nan ? segments : static_cast<int64_t>(tasks[segments]);
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < n_tasks * f;
        q += stride) {
-    if (unsorted) {
+    if (nan) {
       y[q] = std::numeric_limits<T>::quiet_NaN();
       continue;
     }
-    const int64_t s = q / f, k = q % f;
-    int64_t lo = 0, hi = e;  // the first row with id >= s
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (id[mid] < s) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
+    const int64_t t = q / f, k = q % f;
+    const conv::Task task =
+        conv::FindTask(tasks, ranges, segments, n_tasks - segments, t, task_rows);
     T acc = T(0);
-    for (int64_t row = lo; row < e && id[row] == s; ++row) acc += x[row * f + k];
-    y[q] = acc;
+    for (int64_t row = task.begin; row < task.end; ++row) acc += x[row * f + k];
+    if (task.slot < 0) {
+      y[task.node * f + k] = acc;
+    } else {
+      partial[task.slot * f + k] = acc;
+    }
+  }
+}
+
+// Each cut segment's sum: its partial rows, then its last piece's (in y), added in that order.
+template <typename T>
+__global__ void SegmentJoinKernel(const int32_t* __restrict__ ranges,
+                                  const int32_t* __restrict__ tasks, int64_t e, int64_t segments,
+                                  int64_t f, int64_t partial_rows,
+                                  const int32_t* __restrict__ flag, const T* __restrict__ partial,
+                                  T* __restrict__ y) {
+  if (*flag != 0 || SegmentTasksBad(ranges, tasks, e, segments, partial_rows)) return;  // NaN
+  if (tasks[segments] == segments) return;  // nothing cut (the common case)
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       q < segments * f; q += stride) {
+    const int64_t s = q / f, k = q % f;
+    const int64_t pieces = static_cast<int64_t>(tasks[s + 1]) - tasks[s];
+    if (pieces <= 1) continue;
+    const int64_t first = conv::FirstSlot(tasks, s);
+    y[q] = first >= 0 && first + pieces - 1 <= partial_rows
+               ? conv::JoinElement(partial, first, pieces, f, k, y[q])
+               : std::numeric_limits<T>::quiet_NaN();  // not from the lowering's tasks
   }
 }
 
@@ -84,12 +119,17 @@ cudaError_t LaunchSphericalHarmonics(cudaStream_t stream, const T* v, T* y, int6
 }
 
 template <typename T>
-cudaError_t LaunchSegmentSum(cudaStream_t stream, const T* x, const int32_t* ids, int64_t e,
-                             int64_t segments, int64_t f, int32_t* flag, T* y) {
+cudaError_t LaunchSegmentSum(cudaStream_t stream, const T* x, const int32_t* ids,
+                             const int32_t* ranges, const int32_t* tasks, int64_t e,
+                             int64_t segments, int64_t f, int64_t partial_rows, int64_t task_rows,
+                             int32_t* flag, T* partial, T* y) {
   if (e > 1) CheckSortedKernel<<<GridBlocks(e, kBlock), kBlock, 0, stream>>>(ids, e, flag);
-  if (segments * f > 0) {
-    SegmentSumKernel<T><<<GridBlocks(segments * f, kBlock), kBlock, 0, stream>>>(
-        x, ids, e, segments, f, flag, y);
+  if (segments * f == 0) return cudaGetLastError();
+  SegmentSumKernel<T><<<GridBlocks((segments + partial_rows) * f, kBlock), kBlock, 0, stream>>>(
+      x, ranges, tasks, e, segments, f, partial_rows, task_rows, flag, partial, y);
+  if (partial_rows > 0) {  // some segment may be cut
+    SegmentJoinKernel<T><<<GridBlocks(segments * f, kBlock), kBlock, 0, stream>>>(
+        ranges, tasks, e, segments, f, partial_rows, flag, partial, y);
   }
   return cudaGetLastError();
 }
@@ -97,8 +137,9 @@ cudaError_t LaunchSegmentSum(cudaStream_t stream, const T* x, const int32_t* ids
 #define JAXEXT_INSTANTIATE(T)                                                                  \
   template cudaError_t LaunchSphericalHarmonics<T>(cudaStream_t, const T*, T*, int64_t, int,  \
                                                    const double*);                            \
-  template cudaError_t LaunchSegmentSum<T>(cudaStream_t, const T*, const int32_t*, int64_t,   \
-                                           int64_t, int64_t, int32_t*, T*);
+  template cudaError_t LaunchSegmentSum<T>(cudaStream_t, const T*, const int32_t*,            \
+                                           const int32_t*, const int32_t*, int64_t, int64_t,  \
+                                           int64_t, int64_t, int64_t, int32_t*, T*, T*);
 JAXEXT_INSTANTIATE(float)
 JAXEXT_INSTANTIATE(double)
 #undef JAXEXT_INSTANTIATE

@@ -3,7 +3,9 @@
 `segment_sum_p(data, ids, sorted=...)` takes ids in any order (sorted=False) or promised ascending
 (sorted=True: checked). On the CPU the kernel adds unsorted rows to their segments in one pass
 over the data (no sort, no permuted copy); on CUDA, whose kernel needs sorted ids, the lowering
-sorts first (a stable argsort and a gather). The primitive is linear in `data`: its JVP is itself on the tangents
+sorts first (a stable argsort and a gather), and a segment of more than 128 rows is summed in
+pieces of 128 rows side by side, the pieces' sums then added in order (a hub segment, such as
+the padding of jax-md's or jraph's graphs, is not one thread's walk). The primitive is linear in `data`: its JVP is itself on the tangents
 and its transpose a gather, so derivatives of every order work.
 """
 
@@ -24,6 +26,7 @@ from jaxext import _jax_compat as compat
 from jaxext._validation import (int32_indices, integer_operand, kernel_float, rows_operand,
                                 static_count)
 from jaxext.equivariant import _e3nn
+from jaxext.equivariant.conv import TASK_EDGES, node_tasks
 from jaxext.equivariant._e3nn import IrrepsArray
 
 __all__ = ["segment_sum", "segment_sum_p"]
@@ -41,7 +44,9 @@ def segment_sum(data, segment_ids, num_segments, indices_are_sorted=False):
   """out[s] = sum of data[i] over the rows i with segment_ids[i] == s, for s < num_segments.
 
   Deterministic: the rows of a segment are added in their order in `data`, the same bits on
-  every run, for any number of threads and whether or not the ids came sorted. Ids outside
+  every run, for any number of threads and whether or not the ids came sorted (on CUDA, a
+  segment of more than 128 rows is added in pieces of 128 rows, each in order, then the pieces'
+  sums in order: a padding or hub segment runs in parallel). Ids outside
   [0, num_segments) are dropped (as jax.ops.segment_sum does). With indices_are_sorted=True the
   ids must be sorted ascending (checked by the kernel: an unsorted input raises on the CPU and
   makes every sum NaN on CUDA, where a kernel cannot raise).
@@ -98,16 +103,33 @@ def _lowering(ctx, data, ids, *, num_segments, sorted, platform):
     call = jax.ffi.ffi_call("jaxext_segment_sum", out)
     return compat.lower_fun(lambda d, i: (call(d, i, sorted=np.int64(sorted)),),
                             multiple_results=True)(ctx, data, ids)
-  # CUDA: a second result flags ids found unsorted (the sums are NaN then: a GPU cannot raise).
+  # CUDA: each segment's rows found from the ids, a segment of more than TASK_EDGES rows cut into
+  # pieces summed side by side and joined in order (jaxext/kernels/conv_tasks.h: jax-md's padding
+  # and any hub segment would otherwise be one thread's walk); a second result flags ids found
+  # unsorted (the sums are NaN then: a GPU cannot raise), a third holds the cut pieces' sums.
+  e = ctx.avals_in[1].shape[0]
   flag = jax.ShapeDtypeStruct((1,), jnp.int32)
+  partial = jax.ShapeDtypeStruct((e // TASK_EDGES,) + aval.shape[1:], aval.dtype)
+  call = jax.ffi.ffi_call("jaxext_segment_sum", (out, flag, partial))
 
   def cuda(d, i):
     if not sorted:  # the kernel needs ascending ids: a stable sort keeps each segment's row order
       order = jnp.argsort(i, stable=True)
       d, i = d[order], i[order]
-    return (jax.ffi.ffi_call("jaxext_segment_sum", (out, flag))(d, i)[0],)
+    ranges = sorted_ranges(i, num_segments)
+    return (call(d, i, ranges, node_tasks(ranges), task_rows=np.int64(TASK_EDGES))[0],)
 
   return compat.lower_fun(cuda, multiple_results=True)(ctx, data, ids)
+
+
+def sorted_ranges(ids, num_segments):
+  """Segment s's rows, ranges[s] .. ranges[s + 1] (num_segments + 1 int32 entries), of ids sorted
+  ascending: the rows before them have ids below 0, those after them ids from num_segments on.
+  Counted by an integer scatter-add and a running sum (exact, as conv's graph is made)."""
+  inside = jnp.where((ids >= 0) & (ids < num_segments), ids, num_segments)
+  counts = jnp.zeros(num_segments, jnp.int32).at[inside].add(1, mode="drop")
+  start = jnp.sum(ids < 0, dtype=jnp.int32)
+  return start + jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(counts, dtype=jnp.int32)])
 
 
 compat.register_lowering(segment_sum_p, functools.partial(_lowering, platform="cpu"), "cpu")

@@ -1,5 +1,6 @@
 // How a convolution's node rows are cut into tasks of bounded work, shared by the CPU handler
-// (conv_cpu.cc) and the CUDA kernels (tp_kernels.cu).
+// (conv_cpu.cc) and the CUDA kernels (tp_kernels.cu); the CUDA segment sum (sph_kernels.cu) cuts
+// its segments' runs of rows the same way (a segment for a node, its rows for the edges).
 //
 // A node row adds the edges of its run in the sorted edge order (ranges[r] .. ranges[r + 1]).
 // Runs are not of one length: jax-md pads its neighbour lists with edges that all go to one dummy
