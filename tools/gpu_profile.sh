@@ -8,7 +8,9 @@
 #
 # Output under $OUT (default ./gpu_out): ncu_<workload>.csv and .log, ncu_summary.txt,
 # memcheck.txt. Each step gets what is left of DEADLINE (seconds from start), at most CAP (120)
-# seconds; MEMCHECK=0 skips the memcheck. NCU_SECTIONS overrides the sections read.
+# seconds; MEMCHECK=0 skips the memcheck. NCU_SECTIONS overrides the sections read. If the window
+# finds no CUDA runtime to open it (the summary then says "no kernels"), NCU_FROM_START=1 profiles
+# jaxext's kernels from the start instead (the warm-up call's too: twice each).
 set -u
 start=$(date +%s)
 deadline=${DEADLINE:-300}
@@ -26,6 +28,8 @@ ncu=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/b
 sanitizer=$(command -v compute-sanitizer || ls -d /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | tail -1)
 left() { local l=$(( deadline - ($(date +%s) - start) )); [ "$l" -gt "${CAP:-120}" ] && l=${CAP:-120}; echo "$l"; }
 sections=${NCU_SECTIONS:---section SpeedOfLight --section Occupancy --section LaunchStats}
+window="--profile-from-start off"
+[ "${NCU_FROM_START:-0}" = 1 ] && window="--profile-from-start on --kernel-name-base function --kernel-name regex:Tp|Conv|Segment|Sph|CheckSorted"
 status=0
 if [ -z "$ncu" ]; then
   echo "gpu_profile: no ncu on this machine" | tee "$out/ncu_summary.txt"; status=1
@@ -35,7 +39,7 @@ else
     l=$(left); if [ "$l" -le 10 ]; then echo "=== $w skipped: deadline"; status=1; continue; fi
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    timeout -k 5 "$l" "$ncu" --clock-control none --profile-from-start off $sections \
+    timeout -k 5 "$l" "$ncu" --clock-control none $window $sections \
       --csv --page details python3 tools/gpu_profile.py run "$w" --libs "$libs" \
       > "$out/ncu_$w.csv" 2> "$out/ncu_$w.log"
     rc=$?
