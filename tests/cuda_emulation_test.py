@@ -249,24 +249,39 @@ def test_segment_sum_with_a_padding_segment_differentiates_through_gather():
 
 
 def test_segment_sum_tasks_that_are_not_the_lowerings_give_nan():
-  # The handler bound with tasks that would write past the partial rows, or with ranges past the
-  # rows: NaN everywhere, nothing read or written out of bounds.
+  # The handler bound with row ranges or task counts other than the lowering's (only a direct
+  # ffi_call can): NaN everywhere, nothing read or written out of bounds (ends and middles
+  # checked: pieces past the rows, past the partial rows, before row 0, a segment with no task,
+  # ranges running backwards, counts made for another task size).
   from jaxext.equivariant import segment as segment_module
   conv_module = sys.modules["jaxext.equivariant.conv"]
   ids = np.repeat(np.arange(3), [10, 300, 20]).astype(np.int32)
   data = np.ones((ids.size, 2))
   out = jax.ShapeDtypeStruct((3, 2), np.float64)
   flag = jax.ShapeDtypeStruct((1,), np.int32)
-  partial = jax.ShapeDtypeStruct((ids.size // 128, 2), np.float64)
-  call = jax.ffi.ffi_call("jaxext_segment_sum", (out, flag, partial))
+
+  def call(ranges, tasks, task_rows=128, partial_rows=ids.size // 128):
+    partial = jax.ShapeDtypeStruct((partial_rows, 2), np.float64)
+    return np.asarray(jax.ffi.ffi_call("jaxext_segment_sum", (out, flag, partial))(
+        data, ids, jnp.asarray(ranges, jnp.int32), jnp.asarray(tasks, jnp.int32),
+        task_rows=np.int64(task_rows))[0])
+
   ranges = segment_module.sorted_ranges(jnp.asarray(ids), 3)
   tasks = conv_module.node_tasks(ranges)
-  good = call(data, ids, ranges, tasks, task_rows=np.int64(128))[0]
-  np.testing.assert_array_equal(np.asarray(good), [[10, 10], [300, 300], [20, 20]])
-  too_many = conv_module.node_tasks(ranges, 8)  # more pieces than partial rows
-  past_end = ranges.at[3].set(ids.size + 5)
-  for r, t, k in ((ranges, too_many, 8), (past_end, tasks, 128)):
-    assert np.isnan(np.asarray(call(data, ids, r, t, task_rows=np.int64(k))[0])).all()
+  np.testing.assert_array_equal(np.asarray(ranges), [0, 10, 310, 330])
+  np.testing.assert_array_equal(np.asarray(tasks), [0, 1, 4, 5])
+  np.testing.assert_array_equal(call(ranges, tasks), [[10, 10], [300, 300], [20, 20]])
+  bad = [
+      (ranges, conv_module.node_tasks(ranges, 8), 8, 2),    # more pieces than partial rows
+      (ranges, conv_module.node_tasks(ranges, 8), 128, 64),  # counts for another size
+      ([0, 10, 310, 335], tasks, 128, 2),                     # rows past the end
+      ([0, 10, 310, 330], [0, 1, 2, 5], 128, 2),              # a piece past the rows
+      ([0, 10, 310, 330], [0, 5, 5, 5], 128, 2),              # partial row 2 of 2, rows before 0
+      ([0, 10, 310, 330], [0, 0, 3, 4], 128, 2),              # a segment with no task
+      ([0, 10**6, 310, 330], tasks, 128, 2),                  # ranges running backwards
+  ]
+  for r, t, k, p in bad:
+    assert np.isnan(call(r, t, k, p)).all(), (r, t, k, p)
 
 
 def test_kepler_against_newton_in_float64_and_float32():

@@ -43,8 +43,25 @@ __global__ void CheckSortedKernel(const int32_t* __restrict__ id, int64_t e, int
   }
 }
 
-// The segments' tasks are unusable (not the lowering's): the sums are NaN then, and nothing is
-// read past the rows or written past the partial rows.
+// flag = 2 unless every segment's rows run forward (ranges ascending) and its task count is the
+// lowering's (RunTasks of its rows; one for an empty segment): with SegmentTasksBad's checks of
+// the ends, every task then reads rows in [0, e) and writes its own row or a partial row below
+// partial_rows, whatever ranges and tasks the handler is given.
+__global__ void CheckSegmentTasksKernel(const int32_t* __restrict__ ranges,
+                                        const int32_t* __restrict__ tasks, int64_t segments,
+                                        int64_t task_rows, int32_t* flag) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t s = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; s < segments;
+       s += stride) {
+    const int64_t rows = static_cast<int64_t>(ranges[s + 1]) - ranges[s];
+    const int64_t count = static_cast<int64_t>(tasks[s + 1]) - tasks[s];
+    if (rows < 0 || count != conv::RunTasks(rows, task_rows)) *flag = 2;
+  }
+}
+
+// The ends of the segments' ranges and tasks are unusable (not the lowering's): the sums are NaN
+// then. With CheckSegmentTasksKernel's flag, nothing is read past the rows or written past the
+// partial rows.
 __device__ bool SegmentTasksBad(const int32_t* ranges, const int32_t* tasks, int64_t e,
                                 int64_t segments, int64_t partial_rows) {
   const int64_t extra = static_cast<int64_t>(tasks[segments]) - segments;
@@ -55,7 +72,7 @@ __device__ bool SegmentTasksBad(const int32_t* ranges, const int32_t* tasks, int
 // One thread per task and feature: a segment's sorted rows (ranges[s] .. ranges[s + 1]), or a
 // piece of task_rows of them (jaxext/kernels/conv_tasks.h), added in row order into y (the
 // segment's last piece) or a partial row (the others). NaN everywhere if the ids were found
-// unsorted (*flag) or the tasks are unusable.
+// unsorted or the ranges and tasks inconsistent (*flag), or their ends unusable.
 template <typename T>
 __global__ void SegmentSumKernel(const T* __restrict__ x, const int32_t* __restrict__ ranges,
                                  const int32_t* __restrict__ tasks, int64_t e, int64_t segments,
@@ -125,6 +142,8 @@ cudaError_t LaunchSegmentSum(cudaStream_t stream, const T* x, const int32_t* ids
                              int32_t* flag, T* partial, T* y) {
   if (e > 1) CheckSortedKernel<<<GridBlocks(e, kBlock), kBlock, 0, stream>>>(ids, e, flag);
   if (segments * f == 0) return cudaGetLastError();
+  CheckSegmentTasksKernel<<<GridBlocks(segments, kBlock), kBlock, 0, stream>>>(
+      ranges, tasks, segments, task_rows, flag);
   SegmentSumKernel<T><<<GridBlocks((segments + partial_rows) * f, kBlock), kBlock, 0, stream>>>(
       x, ranges, tasks, e, segments, f, partial_rows, task_rows, flag, partial, y);
   if (partial_rows > 0) {  // some segment may be cut

@@ -22,8 +22,9 @@ cudaError_t LaunchSphericalHarmonics(cudaStream_t stream, const T* v, T* y, int6
 // [0, segments) lie outside them), cut into the tasks `tasks` of at most task_rows rows
 // (jaxext/kernels/conv_tasks.h's running counts, segments + 1 entries), the pieces of a cut
 // segment summed into `partial` (partial_rows x f) and joined in order. *flag (device memory,
-// zeroed by the caller on `stream`) is set to 1 and y filled with NaN if the ids are unsorted;
-// y is NaN too if the tasks are not such counts.
+// zeroed by the caller on `stream`) is set to 1 and y filled with NaN if the ids are unsorted,
+// to 2 (NaN too) if the ranges and tasks are not such rows and counts: nothing is then read or
+// written out of bounds, whatever the caller passed.
 template <typename T>
 cudaError_t LaunchSegmentSum(cudaStream_t stream, const T* x, const int32_t* ids,
                              const int32_t* ranges, const int32_t* tasks, int64_t e,

@@ -5,8 +5,9 @@
 over the data (no sort, no permuted copy); on CUDA, whose kernel needs sorted ids, the lowering
 sorts first (a stable argsort and a gather), and a segment of more than 128 rows is summed in
 pieces of 128 rows side by side, the pieces' sums then added in order (a hub segment, such as
-the padding of jax-md's or jraph's graphs, is not one thread's walk). The primitive is linear in `data`: its JVP is itself on the tangents
-and its transpose a gather, so derivatives of every order work.
+the padding of jax-md's or jraph's graphs, is not one thread's walk). The primitive is linear in
+`data`: its JVP is itself on the tangents and its transpose a gather, so derivatives of every
+order work.
 """
 
 from __future__ import annotations
