@@ -16,6 +16,21 @@
 
 #include "tests/cuda_emu/device.h"
 
+// Under AddressSanitizer (--config=asan) every switch between the fibers' stacks is announced
+// (sanitizer/common_interface_defs.h), so that a report raised in a kernel's thread knows the
+// stack it runs on (without it, ASan found a kernel's out-of-bounds read, then died unprinted).
+#if defined(__SANITIZE_ADDRESS__)
+#define JAXEXT_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define JAXEXT_EMU_ASAN 1
+#endif
+#endif
+#ifdef JAXEXT_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #if defined(__x86_64__)
 extern "C" void jaxext_emu_switch(void** save_sp, void* load_sp);
 extern "C" void jaxext_emu_start();
@@ -91,10 +106,15 @@ jaxext_emu_start:
 
 struct Context {
   void* sp = nullptr;
+  // The stack's extent: a fiber's, or the calling thread's once a fiber has reported it.
+  const void* bottom = nullptr;
+  size_t size = 0;
 };
 
 // A fresh context on [stack, stack + bytes) that calls entry() (which never returns).
 void MakeContext(Context* c, void* stack, size_t bytes, void (*entry)()) {
+  c->bottom = stack;
+  c->size = bytes;
   auto top = reinterpret_cast<uintptr_t>(stack) + bytes;
   top &= ~uintptr_t{15};
   auto* frame = reinterpret_cast<uint64_t*>(top) - 9;
@@ -113,13 +133,17 @@ void MakeContext(Context* c, void* stack, size_t bytes, void (*entry)()) {
   c->sp = frame;
 }
 
-void Switch(Context* from, Context* to) { jaxext_emu_switch(&from->sp, to->sp); }
+void SwitchStacks(Context* from, Context* to) { jaxext_emu_switch(&from->sp, to->sp); }
 #else
 struct Context {
   ucontext_t uc;
+  const void* bottom = nullptr;
+  size_t size = 0;
 };
 
 void MakeContext(Context* c, void* stack, size_t bytes, void (*entry)()) {
+  c->bottom = stack;
+  c->size = bytes;
   getcontext(&c->uc);
   c->uc.uc_stack.ss_sp = stack;
   c->uc.uc_stack.ss_size = bytes;
@@ -127,13 +151,53 @@ void MakeContext(Context* c, void* stack, size_t bytes, void (*entry)()) {
   makecontext(&c->uc, entry, 0);
 }
 
-void Switch(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+void SwitchStacks(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
 #endif
+
+// From `from` to `to`; returns when something switches back to `from`. *fake keeps `from`'s
+// fake stack (ASan's frames for its stack-use-after-return checks) while it is switched out: one
+// per fiber stack, reused by every fiber run on it (a fresh one per fiber cost a mapping each,
+// doubling the emulated tests' time under ASan).
+void Switch(Context* from, void** fake, Context* to) {
+#ifdef JAXEXT_EMU_ASAN
+  __sanitizer_start_switch_fiber(fake, to->bottom, to->size);
+#endif
+  SwitchStacks(from, to);
+#ifdef JAXEXT_EMU_ASAN
+  __sanitizer_finish_switch_fiber(*fake, nullptr, nullptr);
+#else
+  (void)fake;
+#endif
+}
+
+// First thing on a fiber's stack: completes the switch from `caller` (the scheduler), learning
+// its stack's extent for the switches back, with the stack's fake stack `fake`.
+void FiberStarted(Context* caller, void* fake) {
+#ifdef JAXEXT_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, &caller->bottom, &caller->size);
+#else
+  (void)caller;
+  (void)fake;
+#endif
+}
+
+// A fiber's stack about to be reused after its fiber was abandoned (a launch failed with threads
+// still waiting at barriers): the frames it left unreturned keep their redzones.
+void ClearStack(void* stack, size_t bytes) {
+#ifdef JAXEXT_EMU_ASAN
+  __asan_unpoison_memory_region(stack, bytes);
+#else
+  (void)stack;
+  (void)bytes;
+#endif
+}
 
 // A fiber's stack: mapped once per thread slot and reused, a guard page below it.
 struct Stack {
   void* base = nullptr;
   size_t bytes = 0;
+  bool abandoned = false;  // its last fiber started and did not finish
+  void* fake = nullptr;    // ASan's fake stack of the fibers run on it (Switch)
   Stack() {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     bytes = kStackBytes + page;
@@ -161,6 +225,7 @@ struct Fiber {
 struct Block {
   std::vector<Fiber> fibers;
   Context main;
+  void* main_fake = nullptr;
   int current = -1;
   void (*body)(void*) = nullptr;
   void* arg = nullptr;
@@ -180,10 +245,12 @@ thread_local std::vector<std::unique_ptr<Stack>> stack_pool;
 
 void FiberMain() {
   Block* b = running;
+  FiberStarted(&b->main, b->fibers[b->current].stack->fake);
   b->body(b->arg);
   Fiber& f = b->fibers[b->current];
   f.state = State::kDone;
-  Switch(&f.ctx, &b->main);  // never resumed
+  f.stack->abandoned = false;
+  Switch(&f.ctx, &f.stack->fake, &b->main);  // never resumed
   std::abort();
 }
 
@@ -196,7 +263,7 @@ void Wait(State state) {
   }
   Fiber& f = b->fibers[b->current];
   f.state = state;
-  Switch(&f.ctx, &b->main);
+  Switch(&f.ctx, &f.stack->fake, &b->main);
 }
 
 // Runs every thread of the block at `block_idx`; false if its threads deadlocked.
@@ -213,8 +280,10 @@ bool RunBlock(Block& b, dim3 grid, dim3 block, dim3 block_idx) {
                                static_cast<unsigned>(i / (block.x * block.y)));
     f.warp = static_cast<int>(i / kWarp);
     f.lane = static_cast<int>(i % kWarp);
-    MakeContext(&f.ctx, static_cast<char*>(f.stack->base) + (f.stack->bytes - kStackBytes),
-                kStackBytes, FiberMain);
+    char* stack = static_cast<char*>(f.stack->base) + (f.stack->bytes - kStackBytes);
+    if (f.stack->abandoned) ClearStack(stack, kStackBytes);
+    f.stack->abandoned = true;
+    MakeContext(&f.ctx, stack, kStackBytes, FiberMain);
   }
   // Uninitialised shared memory, as on the device: every byte 0xff (a float or double NaN).
   if (!b.shared.empty()) std::memset(b.shared.data(), 0xff, b.shared.size());
@@ -230,7 +299,7 @@ bool RunBlock(Block& b, dim3 grid, dim3 block, dim3 block_idx) {
       if (b.fibers[i].state != State::kReady) continue;
       b.current = static_cast<int>(i);
       self = &b.fibers[i].thread;
-      Switch(&b.main, &b.fibers[i].ctx);
+      Switch(&b.main, &b.main_fake, &b.fibers[i].ctx);
     }
     self = nullptr;
     b.current = -1;
