@@ -72,3 +72,35 @@ def test_workloads_run_on_the_cpu_stand_in(tmp_path):
   assert r.returncode == 0 and "layer-cueq-f32 skipped" in r.stderr, r.stderr
   r = _run("run", "no-such-workload", "--device", "cpu", env=env)  # refused, naming the choices
   assert r.returncode != 0 and "invalid choice" in r.stderr and "layer-fused-f32" in r.stderr
+
+
+def test_shell_driver_runs_each_workload_and_summarises_this_runs_csvs(tmp_path):
+  """tools/gpu_profile.sh with a stub ncu (which prints the CSV above): one CSV per workload named,
+  the summary of those alone (not a former run's), and with no time left every workload skipped,
+  said, and a non-zero status."""
+  sh = os.environ["JAXEXT_GPU_PROFILE_SH"]
+  root = os.path.dirname(os.path.dirname(os.path.abspath(SCRIPT)))
+  stub = tmp_path / "bin"
+  stub.mkdir()
+  (stub / "python3").symlink_to(sys.executable)
+  ncu = stub / "ncu"
+  ncu.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "Nsight Compute (stub)"; exit 0; }\n'
+                 'cat "$STUB_CSV"\n')
+  ncu.chmod(0o755)
+  (tmp_path / "fixture.csv").write_text(FIXTURE)
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / "ncu_former.csv").write_text(FIXTURE)
+  env = dict(os.environ, PATH=f"{stub}:{os.environ.get('PATH', '/usr/bin:/bin')}", OUT=str(out),
+             MEMCHECK="0", STUB_CSV=str(tmp_path / "fixture.csv"))
+  r = subprocess.run(["bash", sh, "layer-fused-f32", "padded-segment-f32"], cwd=root, env=env,
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stdout + r.stderr
+  summary = (out / "ncu_summary.txt").read_text()
+  assert summary.count(": 2 kernels, 1239.6 us in all") == 2, summary
+  assert "ncu_layer-fused-f32.csv" in summary and "ncu_padded-segment-f32.csv" in summary
+  assert "former" not in summary and not (out / "ncu_former.csv").exists()
+  r = subprocess.run(["bash", sh, "layer-fused-f32"], cwd=root, env=dict(env, DEADLINE="0"),
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 1 and "layer-fused-f32 skipped: deadline" in r.stdout, r.stdout + r.stderr
+  assert (out / "ncu_summary.txt").read_text().strip() == "gpu_profile: no workload ran"

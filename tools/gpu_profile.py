@@ -17,7 +17,9 @@ weights, forward + backward: forces and the weights' gradient):
     layer-e3nn-f32, layer-e3nn-f64         e3nn-jax 0.21.0 (where importable)
     layer-cueq-f32                         cuequivariance-jax (where it installs, on a GPU)
     padded-conv-f32                        jax-md's NequIP first layer's conv on its padded graph
-                                           (3001 nodes, 128,810 edges, a fifth on the dummy node)
+                                           (3001 nodes, 128,810 edges, a fifth on the dummy node;
+                                           the graph an argument, sorted in the call, and the
+                                           weights factored, as jaxext.equivariant.jax_md's)
     padded-segment-f32                     segment_sum of NequIP's 340 features over that graph
 `--small` shrinks every size (the CPU stand-in of tests/gpu_profile_test.py, and
 compute-sanitizer's memcheck, whose replay is slow).
@@ -34,14 +36,23 @@ import ctypes.util
 import glob
 import io
 import os
+import re
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-WORKLOADS = ("layer-fused-f32", "layer-fused-f64", "layer-unfused-f32", "layer-e3nn-f32",
-             "layer-e3nn-f64", "layer-cueq-f32", "padded-conv-f32", "padded-segment-f32")
+# The ones #32 asks about first (ncu writes a workload's CSV only when it exits: a deadline
+# loses the last ones whole).
+WORKLOADS = ("layer-fused-f32", "layer-e3nn-f32", "layer-cueq-f32", "padded-conv-f32",
+             "padded-segment-f32", "layer-fused-f64", "layer-e3nn-f64", "layer-unfused-f32")
+# Peers whose absence skips a workload (said, exit 0); anything else missing is a failure.
+PEER_WORKLOADS = ("layer-e3nn-f32", "layer-e3nn-f64", "layer-cueq-f32")
+# jaxext's kernels (tp_kernels.cu, sph_kernels.cu), by name as ncu shows them.
+_OURS = re.compile(r"jaxext::|\b(TpFastKernel|TpFastEdgeCtsKernel|TpKernel|ConvJoinKernel|"
+                   r"SegmentSumKernel|SegmentJoinKernel|CheckSegmentTasksKernel|"
+                   r"CheckSortedKernel|SphKernel)\b")
 
 # The metrics the summary shows (ncu's section names of SpeedOfLight, Occupancy, LaunchStats).
 COLUMNS = (("Duration", "us"), ("Compute (SM) Throughput", "SM %"),
@@ -60,11 +71,17 @@ _BYTE_UNITS = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "KB": 1e3, "MB": 1e6, "Kib
 def _cudart():
   """The CUDA runtime, for cudaProfilerStart/Stop (the primary context, which XLA uses): the
   toolkit's, the nvidia-cuda-runtime wheel's that jax's CUDA plugin depends on, or the loader's."""
-  candidates = sorted(glob.glob("/usr/local/cuda*/lib64/libcudart.so*"))
-  for entry in sys.path:
+  candidates = []
+  try:  # the runtime already mapped into this process (jax's CUDA plugin's), if any
+    with open("/proc/self/maps") as maps:
+      candidates += sorted({line.split()[-1] for line in maps if "libcudart.so" in line})
+  except OSError:
+    pass
+  for entry in sys.path:  # the nvidia-cuda-runtime wheel's, then the toolkit's, newest first
     candidates += sorted(glob.glob(os.path.join(entry, "nvidia", "cu*", "lib", "libcudart.so*")))
     candidates += sorted(glob.glob(os.path.join(entry, "nvidia", "cuda_runtime", "lib",
                                                 "libcudart.so*")))
+  candidates += sorted(glob.glob("/usr/local/cuda*/lib64/libcudart.so*"), reverse=True)
   found = ctypes.util.find_library("cudart")
   if found:
     candidates.append(found)
@@ -79,17 +96,17 @@ def _cudart():
 
 
 class Window:
-  """cudaProfilerStart on entry, cudaProfilerStop on exit (nothing on the CPU stand-in)."""
+  """cudaProfilerStart on entry, cudaProfilerStop on exit (nothing on the CPU stand-in); `opened`
+  says whether the window opened (on a GPU: a runtime found and its start call succeeded)."""
 
   def __init__(self, on_gpu):
     self.lib, self.path = _cudart() if on_gpu else (None, None)
-    if on_gpu and self.lib is None:
-      print("gpu_profile: no libcudart found; ncu --profile-from-start off will see nothing: run "
-            "it with --profile-from-start on instead", file=sys.stderr)
+    self.opened = not on_gpu
 
   def __enter__(self):
     if self.lib is not None:
       err = self.lib.cudaProfilerStart()
+      self.opened = err == 0
       print(f"gpu_profile: cudaProfilerStart ({self.path}) -> {err}", file=sys.stderr)
     return self
 
@@ -135,13 +152,18 @@ def build(name, small):
     nw = sum(128 for _ in eq.paths(ix, iy, io))
     x = jnp.asarray(rng.normal(size=(nodes + 1, 128)), dtype)
     vec = jnp.asarray(rng.normal(size=(rows, 3)), dtype)
-    w = jnp.asarray(rng.normal(size=(rows, nw)), dtype)
+    # the radial MLP's last hidden layer (64 wide, as jax-md's) and last kernel: the weights are
+    # hidden @ kernel, made on the way (edge_weights_kernel), as the routed model's
+    hidden = jnp.asarray(rng.normal(size=(rows, 64)), dtype)
+    kernel = jnp.asarray(rng.normal(size=(64, nw)) / 8, dtype)
 
-    def energy(x, vec, w):
-      h = eq.conv(x, eq.spherical_harmonics(iy, vec), w, snd, rcv, nodes + 1, ix, iy, io)
+    def energy(x, vec, hidden, kernel, snd, rcv):  # the graph an argument: sorted in the call
+      h = eq.conv(x, eq.spherical_harmonics(iy, vec), hidden, snd, rcv, nodes + 1, ix, iy, io,
+                  edge_weights_kernel=kernel)
       return jnp.sum(h ** 2)
 
-    return jax.jit(jax.value_and_grad(energy, argnums=(0, 1, 2))), (x, vec, w)
+    return jax.jit(jax.value_and_grad(energy, argnums=(0, 1, 2, 3))), (
+        x, vec, hidden, kernel, jnp.asarray(snd, jnp.int32), jnp.asarray(rcv, jnp.int32))
   raise SystemExit(f"gpu_profile: unknown workload {name!r}; choose from {list(WORKLOADS)}")
 
 
@@ -157,19 +179,26 @@ def run(args):
   jax.config.update("jax_default_device", jax.devices(args.device)[0])
   try:
     fn, operands = build(args.workload, args.small)
-  except ImportError as err:  # a peer that is not installed: said, not failed
-    print(f"gpu_profile: {args.workload} skipped: {err}", file=sys.stderr)
+  except ImportError as err:
+    if args.workload not in PEER_WORKLOADS:
+      raise
+    print(f"gpu_profile: {args.workload} skipped: {err}", file=sys.stderr)  # a peer: said
     return 0
   operands = jax.device_put(operands, jax.devices(args.device)[0])
   t = time.perf_counter()
   jax.block_until_ready(fn(*operands))  # compilation, autotuning, first run: not profiled
   warm = time.perf_counter() - t
   t = time.perf_counter()
-  with Window(on_gpu):
+  with Window(on_gpu) as window:
     jax.block_until_ready(fn(*operands))
   print(f"gpu_profile: {args.workload}: warm-up {warm:.2f} s, profiled call "
         f"{(time.perf_counter() - t) * 1e3:.2f} ms (under the profiler: not a timing)",
         file=sys.stderr)
+  if not window.opened:
+    print("gpu_profile: the profiler window did not open (no CUDA runtime found, or its "
+          "cudaProfilerStart failed): ncu --profile-from-start off saw nothing; run "
+          "tools/gpu_profile.sh with NCU_FROM_START=1", file=sys.stderr)
+    return 2
   return 0
 
 
@@ -244,7 +273,7 @@ def summarize(paths):
       continue
     total = sum(_value(k, "Duration") or 0.0 for k in kernels.values())
     ours = sum(_value(k, "Duration") or 0.0 for k in kernels.values()
-               if any(s in k["name"] for s in ("jaxext", "Tp", "Conv", "Segment", "Sph")))
+               if _OURS.search(k["name"]))
     lines.append(f"== {label}: {len(kernels)} kernels, {total:.1f} us in all, jaxext's "
                  f"{ours:.1f} us")
     header = f"{'kernel':58} {'grid':>16} {'block':>12}" + "".join(f" {c:>10}" for _, c in COLUMNS)

@@ -208,7 +208,10 @@ struct Stack {
     }
     mprotect(base, page, PROT_NONE);
   }
-  ~Stack() { munmap(base, bytes); }
+  ~Stack() {
+    ClearStack(base, bytes);  // (older ASan runtimes keep a region's poison past its munmap)
+    munmap(base, bytes);
+  }
   Stack(const Stack&) = delete;
   Stack& operator=(const Stack&) = delete;
 };
@@ -224,7 +227,7 @@ struct Fiber {
 // One block being run on this OS thread.
 struct Block {
   std::vector<Fiber> fibers;
-  Context main;
+  Context main{};
   void* main_fake = nullptr;
   int current = -1;
   void (*body)(void*) = nullptr;
