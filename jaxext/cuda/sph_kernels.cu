@@ -43,44 +43,39 @@ __global__ void CheckSortedKernel(const int32_t* __restrict__ id, int64_t e, int
   }
 }
 
-// flag = 2 unless every segment's rows run forward (ranges ascending) and its task count is the
-// lowering's (RunTasks of its rows; one for an empty segment): with SegmentTasksBad's checks of
-// the ends, every task then reads rows in [0, e) and writes its own row or a partial row below
-// partial_rows, whatever ranges and tasks the handler is given.
+// flag = 2 unless the ranges and tasks are the lowering's: the tasks' running count from 0 with
+// at most partial_rows extra pieces, the rows within [0, e), every segment's rows running forward
+// and its task count RunTasks of its rows (one for an empty segment). Every task then reads rows
+// in [0, e) and writes its own row or a partial row below partial_rows, whatever the handler is
+// given; the kernels after this one check the flag alone.
 __global__ void CheckSegmentTasksKernel(const int32_t* __restrict__ ranges,
-                                        const int32_t* __restrict__ tasks, int64_t segments,
-                                        int64_t task_rows, int32_t* flag) {
+                                        const int32_t* __restrict__ tasks, int64_t e,
+                                        int64_t segments, int64_t partial_rows, int64_t task_rows,
+                                        int32_t* flag) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t s = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; s < segments;
-       s += stride) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (first == 0 && (tasks[0] != 0 || static_cast<int64_t>(tasks[segments]) - segments >
+                     partial_rows || ranges[0] < 0 || ranges[segments] > e)) {
+    *flag = 2;
+  }
+  for (int64_t s = first; s < segments; s += stride) {
     const int64_t rows = static_cast<int64_t>(ranges[s + 1]) - ranges[s];
     const int64_t count = static_cast<int64_t>(tasks[s + 1]) - tasks[s];
     if (rows < 0 || count != conv::RunTasks(rows, task_rows)) *flag = 2;
   }
 }
 
-// The ends of the segments' ranges and tasks are unusable (not the lowering's): the sums are NaN
-// then. With CheckSegmentTasksKernel's flag, nothing is read past the rows or written past the
-// partial rows.
-__device__ bool SegmentTasksBad(const int32_t* ranges, const int32_t* tasks, int64_t e,
-                                int64_t segments, int64_t partial_rows) {
-  const int64_t extra = static_cast<int64_t>(tasks[segments]) - segments;
-  return tasks[0] != 0 || extra < 0 || extra > partial_rows || ranges[0] < 0 ||
-         ranges[segments] > e || ranges[0] > ranges[segments];
-}
-
 // One thread per task and feature: a segment's sorted rows (ranges[s] .. ranges[s + 1]), or a
 // piece of task_rows of them (jaxext/kernels/conv_tasks.h), added in row order into y (the
 // segment's last piece) or a partial row (the others). NaN everywhere if the ids were found
-// unsorted or the ranges and tasks inconsistent (*flag), or their ends unusable.
+// unsorted or the ranges and tasks are not the lowering's (*flag).
 template <typename T>
 __global__ void SegmentSumKernel(const T* __restrict__ x, const int32_t* __restrict__ ranges,
-                                 const int32_t* __restrict__ tasks, int64_t e, int64_t segments,
-                                 int64_t f, int64_t partial_rows, int64_t task_rows,
-                                 const int32_t* __restrict__ flag, T* __restrict__ partial,
-                                 T* __restrict__ y) {
+                                 const int32_t* __restrict__ tasks, int64_t segments, int64_t f,
+                                 int64_t task_rows, const int32_t* __restrict__ flag,
+                                 T* __restrict__ partial, T* __restrict__ y) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  const bool nan = *flag != 0 || SegmentTasksBad(ranges, tasks, e, segments, partial_rows);
+  const bool nan = *flag != 0;
   const int64_t n_tasks = nan ? segments : static_cast<int64_t>(tasks[segments]);
   for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < n_tasks * f;
        q += stride) {
@@ -103,23 +98,19 @@ __global__ void SegmentSumKernel(const T* __restrict__ x, const int32_t* __restr
 
 // Each cut segment's sum: its partial rows, then its last piece's (in y), added in that order.
 template <typename T>
-__global__ void SegmentJoinKernel(const int32_t* __restrict__ ranges,
-                                  const int32_t* __restrict__ tasks, int64_t e, int64_t segments,
-                                  int64_t f, int64_t partial_rows,
+__global__ void SegmentJoinKernel(const int32_t* __restrict__ tasks, int64_t segments, int64_t f,
                                   const int32_t* __restrict__ flag, const T* __restrict__ partial,
                                   T* __restrict__ y) {
-  if (*flag != 0 || SegmentTasksBad(ranges, tasks, e, segments, partial_rows)) return;  // NaN
+  if (*flag != 0) return;                   // NaN everywhere already
   if (tasks[segments] == segments) return;  // nothing cut (the common case)
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        q < segments * f; q += stride) {
     const int64_t s = q / f, k = q % f;
     const int64_t pieces = static_cast<int64_t>(tasks[s + 1]) - tasks[s];
-    if (pieces <= 1) continue;
-    const int64_t first = conv::FirstSlot(tasks, s);
-    y[q] = first >= 0 && first + pieces - 1 <= partial_rows
-               ? conv::JoinElement(partial, first, pieces, f, k, y[q])
-               : std::numeric_limits<T>::quiet_NaN();  // not from the lowering's tasks
+    if (pieces > 1) {
+      y[q] = conv::JoinElement(partial, conv::FirstSlot(tasks, s), pieces, f, k, y[q]);
+    }
   }
 }
 
@@ -143,12 +134,12 @@ cudaError_t LaunchSegmentSum(cudaStream_t stream, const T* x, const int32_t* ids
   if (e > 1) CheckSortedKernel<<<GridBlocks(e, kBlock), kBlock, 0, stream>>>(ids, e, flag);
   if (segments * f == 0) return cudaGetLastError();
   CheckSegmentTasksKernel<<<GridBlocks(segments, kBlock), kBlock, 0, stream>>>(
-      ranges, tasks, segments, task_rows, flag);
+      ranges, tasks, e, segments, partial_rows, task_rows, flag);
   SegmentSumKernel<T><<<GridBlocks((segments + partial_rows) * f, kBlock), kBlock, 0, stream>>>(
-      x, ranges, tasks, e, segments, f, partial_rows, task_rows, flag, partial, y);
+      x, ranges, tasks, segments, f, task_rows, flag, partial, y);
   if (partial_rows > 0) {  // some segment may be cut
     SegmentJoinKernel<T><<<GridBlocks(segments * f, kBlock), kBlock, 0, stream>>>(
-        ranges, tasks, e, segments, f, partial_rows, flag, partial, y);
+        tasks, segments, f, flag, partial, y);
   }
   return cudaGetLastError();
 }

@@ -180,12 +180,17 @@ def _graph(snd, rcv, num_senders, num_nodes):
   counted nowhere, so the last range falls short of the edges: the handlers' out-of-range test.
   """
   def order(ids, n):
-    perm = jnp.argsort(ids, stable=True).astype(jnp.int32)
-    inside = jnp.where((ids >= 0) & (ids < n), ids, n)
-    counts = jnp.zeros(n, jnp.int32).at[inside].add(1, mode="drop")
-    ranges = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(counts, dtype=jnp.int32)])
-    return perm, ranges
+    return jnp.argsort(ids, stable=True).astype(jnp.int32), run_ranges(ids, n)
   return (snd, rcv) + order(rcv, num_nodes) + order(snd, num_senders)
+
+
+def run_ranges(ids, n):
+  """The running counts (n + 1 int32 entries, from 0) of the int32 `ids` in [0, n): where each
+  node's run starts in an order sorted by id, were the ids outside [0, n) left out. An integer
+  scatter-add and a cumsum: exact, so deterministic."""
+  inside = jnp.where((ids >= 0) & (ids < n), ids, n)
+  counts = jnp.zeros(n, jnp.int32).at[inside].add(1, mode="drop")
+  return jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(counts, dtype=jnp.int32)])
 
 
 def _rows(mode, graph_avals, slot):

@@ -27,7 +27,7 @@ from jaxext import _jax_compat as compat
 from jaxext._validation import (int32_indices, integer_operand, kernel_float, rows_operand,
                                 static_count)
 from jaxext.equivariant import _e3nn
-from jaxext.equivariant.conv import TASK_EDGES, node_tasks
+from jaxext.equivariant.conv import TASK_EDGES, node_tasks, run_ranges
 from jaxext.equivariant._e3nn import IrrepsArray
 
 __all__ = ["segment_sum", "segment_sum_p"]
@@ -125,12 +125,9 @@ def _lowering(ctx, data, ids, *, num_segments, sorted, platform):
 
 def sorted_ranges(ids, num_segments):
   """Segment s's rows, ranges[s] .. ranges[s + 1] (num_segments + 1 int32 entries), of ids sorted
-  ascending: the rows before them have ids below 0, those after them ids from num_segments on.
-  Counted by an integer scatter-add and a running sum (exact, as conv's graph is made)."""
-  inside = jnp.where((ids >= 0) & (ids < num_segments), ids, num_segments)
-  counts = jnp.zeros(num_segments, jnp.int32).at[inside].add(1, mode="drop")
-  start = jnp.sum(ids < 0, dtype=jnp.int32)
-  return start + jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(counts, dtype=jnp.int32)])
+  ascending: the rows before them have ids below 0, those after them ids from num_segments on
+  (conv's run ranges, shifted past the rows with negative ids)."""
+  return jnp.sum(ids < 0, dtype=jnp.int32) + run_ranges(ids, num_segments)
 
 
 compat.register_lowering(segment_sum_p, functools.partial(_lowering, platform="cpu"), "cpu")
