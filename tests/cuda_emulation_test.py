@@ -4,6 +4,7 @@ JAXEXT_CUDA_EMULATION set by its BUILD target): the contracts that differ from t
 against independent references. The equivariant ops' numbers are equivariant_cuda_emu_test's."""
 
 import os
+import re
 import sys
 
 import jax
@@ -17,6 +18,7 @@ jax.config.update("jax_enable_x64", True)
 import jaxext  # noqa: E402
 from jaxext import _ffi  # noqa: E402
 from jaxext import equivariant as eq  # noqa: E402
+from jaxext.equivariant import _irreps  # noqa: E402
 
 from tests import limbdark_reference  # noqa: E402
 
@@ -137,6 +139,48 @@ def test_conv_edge_cotangents_in_one_call_equal_each_mode_alone(dtype, irreps, m
   for got, want in ((fy, ry), (fh, rw @ kernel.T.astype(np.float64)),
                     (fk, h.T.astype(np.float64) @ rw)):
     np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
+
+
+def _sorts(compiled_text):
+  return len(re.findall(r"[)}\]] sort\(", compiled_text))
+
+
+def test_conv_sorts_only_the_orders_its_kernels_walk():
+  # The result's node rows walk the edges by receiver, x's cotangent by sender, the edge rows of
+  # y's and w's cotangents neither. A call reads only the ends of an order it does not walk
+  # (conv.walked_graph), so XLA drops that order's sort: a layer whose node features are not
+  # differentiated (forces and weight gradients of a MACE-like layer) sorts once, not twice.
+  conv_module = sys.modules["jaxext.equivariant.conv"]
+  x, y, w, snd, rcv = _conv_inputs(10, 50, 3)
+  ct = np.random.default_rng(4).normal(size=(10, 8 + 24 + 40))
+  conv = lambda a, b, c, s, r: eq.conv(a, b, c, s, r, 10, *IRREPS)
+  square = lambda a, b, c, s, r: jnp.sum(conv(a, b, c, s, r) ** 2)
+  linear = lambda a, b, c, s, r: jnp.sum(ct * conv(a, b, c, s, r))
+  cases = {"forward: by receiver": (conv, 1),
+           "forces and weights: the forward's sort": (
+               jax.value_and_grad(square, argnums=(1, 2)), 1),
+           "edge rows alone: no forward, no sort": (jax.grad(linear, argnums=(1, 2)), 0),
+           "x's cotangent: by sender": (jax.grad(linear, argnums=0), 1),
+           "everything: both": (jax.value_and_grad(square, argnums=(0, 1, 2)), 2),
+           # XLA's common subexpressions
+           "two layers on one graph share its sort": (
+               lambda a, b, c, s, r: conv(conv(a, b, c, s, r)[:, :52], b, c, s, r), 1)}
+  for name, (fn, sorts) in cases.items():
+    compiled = jax.jit(fn).lower(x, y, w, snd, rcv).compile()
+    assert _sorts(compiled.as_text()) == sorts, name
+  # the same numbers as with every order real (the graph check of the exported conv_p reads
+  # both orders whole: the control that the count sees sorts that are there)
+  key = tuple(_irreps.parse(i) for i in IRREPS)
+  full = lambda a, b, c, s, r: conv_module.conv_p.bind(
+      a, b, c, *conv_module._graph(s, r, 10, 10), mode=conv_module.OUT, key=key)
+  compiled = jax.jit(full).lower(x, y, w, snd, rcv).compile()
+  assert _sorts(compiled.as_text()) == 2
+  np.testing.assert_array_equal(np.asarray(compiled(x, y, w, snd, rcv)),
+                                np.asarray(jax.jit(conv)(x, y, w, snd, rcv)))
+  g = jax.jit(jax.grad(square, argnums=(0, 1, 2)))(x, y, w, snd, rcv)
+  g_full = jax.grad(lambda a, b, c: jnp.sum(full(a, b, c, snd, rcv) ** 2), argnums=(0, 1, 2))
+  for got, want in zip(g, jax.jit(g_full)(x, y, w)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-13, atol=1e-13)
 
 
 def test_exported_conv_p_gives_nan_for_inconsistent_graph_operands():

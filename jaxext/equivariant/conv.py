@@ -284,6 +284,9 @@ def _lowering(ctx, *args, mode, key, platform, checked):
       # not starting at 0.
       ok = graph_is_consistent(snd, rcv, by_recv, recv_ranges, by_send, send_ranges)
       recv_ranges = recv_ranges.at[0].set(jnp.where(ok, recv_ranges[0], 1))
+    else:
+      snd, rcv, by_recv, recv_ranges, by_send, send_ranges = walked_graph(
+          (snd, rcv, by_recv, recv_ranges, by_send, send_ranges), mode)
     # (the edge rows of y's and w's cotangents have no tasks: one entry the handler ignores)
     tasks = (node_tasks(send_ranges if mode == X else recv_ranges) if mode in _NODE_SLOTS
              else jnp.zeros(1, jnp.int32))
@@ -292,6 +295,31 @@ def _lowering(ctx, *args, mode, key, platform, checked):
     return (result,)
 
   return compat.lower_fun(cuda, multiple_results=True)(ctx, *args)
+
+
+def walked_graph(graph, mode):
+  """The graph operands of a CUDA call in `mode` on a trusted graph (conv()'s), the node order
+  it does not walk replaced (both for the edge rows of y's and w's cotangents).
+
+  The CUDA kernels walk the receivers' order for the result's node rows (OUT), the senders' for
+  x's cotangent (X), neither for edge rows. Of an order they do not walk they read only its
+  ranges' ends, 0 and the edges (every id of that side in range: the handlers' out-of-range
+  test). In its place go the senders (any E int32 values) and ranges whose ends are 0 and the
+  number of ids in range: no sort behind them, so XLA drops the sort nobody else reads (a
+  convolution whose node features are not differentiated never sorts by sender)."""
+  snd, rcv, by_recv, recv_ranges, by_send, send_ranges = graph
+  if mode != OUT:
+    by_recv, recv_ranges = snd, _range_ends(rcv, recv_ranges.shape[0] - 1)
+  if mode != X:
+    by_send, send_ranges = snd, _range_ends(snd, send_ranges.shape[0] - 1)
+  return snd, rcv, by_recv, recv_ranges, by_send, send_ranges
+
+
+def _range_ends(ids, n):
+  """n + 1 int32 entries whose ends are run_ranges(ids, n)'s (0 and the count of ids in [0, n)):
+  all the CUDA kernels read of an order they do not walk."""
+  inside = jnp.sum((ids >= 0) & (ids < n), dtype=jnp.int32)
+  return jnp.concatenate([jnp.zeros(n, jnp.int32), inside[None]])
 
 
 def _batch(prim, args, dims, **params):
@@ -479,7 +507,7 @@ def _edge_cts(x, y, w, ct, *graph, key):
   """The CUDA handler's y and w cotangents in one call (jaxext_conv_edge_cts)."""
   call = jax.ffi.ffi_call("jaxext_conv_edge_cts", (jax.ShapeDtypeStruct(y.shape, y.dtype),
                                                    jax.ShapeDtypeStruct(w.shape, w.dtype)))
-  return call(x, y, w, ct, *graph, **ffi_attrs(_spec(*key), Y))
+  return call(x, y, w, ct, *walked_graph(graph, Y), **ffi_attrs(_spec(*key), Y))
 
 
 def _bwd_lowering(ctx, *args, which, key, platform):
