@@ -62,7 +62,7 @@ def _conv_inputs(nodes, edges, seed, dtype=np.float64):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_conv_bad_node_ids_give_nan_under_jit(dtype):
+def test_conv_bad_node_ids_give_nan_under_jit(dtype, monkeypatch):
   # A receiver or sender out of range: the CPU raises; on CUDA every result element is NaN, in
   # the forward pass and in every cotangent (x's by sender, y's and w's by edge).
   x, y, w, snd, rcv = _conv_inputs(20, 300, 2, dtype)
@@ -73,9 +73,19 @@ def test_conv_bad_node_ids_give_nan_under_jit(dtype):
                            (np.where(np.arange(300) == 9, -1, snd), rcv)):
     out = np.asarray(conv(x, y, w, bad_snd, bad_rcv))
     assert np.isnan(out).all()
-    grads = jax.grad(lambda a, b, c: jnp.sum(conv(a, b, c, bad_snd, bad_rcv)),
-                     argnums=(0, 1, 2))(x, y, w)
-    for g in grads:
+    # every call alone and together (each gets only the node order it walks: the other's
+    # range ends must still catch a bad id), and the y and w modes' own calls
+    for argnums in ((0, 1, 2), (0,), (1,), (2,), (1, 2)):
+      grads = jax.jit(jax.grad(lambda a, b, c: jnp.sum(conv(a, b, c, bad_snd, bad_rcv)),
+                               argnums=argnums))(x, y, w)
+      for g in grads:
+        assert np.isnan(np.asarray(g)).all(), argnums
+    monkeypatch.setenv("JAXEXT_CONV_EDGE_CTS", "separate")
+    apart = jax.jit(jax.grad(lambda b, c: jnp.sum(conv(x, b, c, bad_snd, bad_rcv)),
+                             argnums=(0, 1))).lower(y, w)
+    monkeypatch.delenv("JAXEXT_CONV_EDGE_CTS")
+    assert "@jaxext_conv_edge_cts(" not in apart.as_text()
+    for g in apart.compile()(y, w):
       assert np.isnan(np.asarray(g)).all()
 
 
@@ -142,14 +152,17 @@ def test_conv_edge_cotangents_in_one_call_equal_each_mode_alone(dtype, irreps, m
 
 
 def _sorts(compiled_text):
+  """Sort instructions in XLA's CPU program text (a GPU's may be CUB's custom calls instead)."""
   return len(re.findall(r"[)}\]] sort\(", compiled_text))
 
 
-def test_conv_sorts_only_the_orders_its_kernels_walk():
+def test_conv_sorts_only_the_orders_its_kernels_walk(monkeypatch):
   # The result's node rows walk the edges by receiver, x's cotangent by sender, the edge rows of
   # y's and w's cotangents neither. A call reads only the ends of an order it does not walk
-  # (conv.walked_graph), so XLA drops that order's sort: a layer whose node features are not
-  # differentiated (forces and weight gradients of a MACE-like layer) sorts once, not twice.
+  # (conv._walked_graph), so XLA drops that order's sort: a layer whose node features are not
+  # differentiated (forces and weight gradients of a MACE-like layer) sorts once, not twice; a
+  # model of several layers differentiated for forces still sorts by sender (its later layers
+  # differentiate their node features), once for all of them.
   conv_module = sys.modules["jaxext.equivariant.conv"]
   x, y, w, snd, rcv = _conv_inputs(10, 50, 3)
   ct = np.random.default_rng(4).normal(size=(10, 8 + 24 + 40))
@@ -163,11 +176,27 @@ def test_conv_sorts_only_the_orders_its_kernels_walk():
            "x's cotangent: by sender": (jax.grad(linear, argnums=0), 1),
            "everything: both": (jax.value_and_grad(square, argnums=(0, 1, 2)), 2),
            # XLA's common subexpressions
-           "two layers on one graph share its sort": (
+           "two layers' forward on one graph share its sort": (
                lambda a, b, c, s, r: conv(conv(a, b, c, s, r)[:, :52], b, c, s, r), 1)}
   for name, (fn, sorts) in cases.items():
     compiled = jax.jit(fn).lower(x, y, w, snd, rcv).compile()
     assert _sorts(compiled.as_text()) == sorts, name
+  # factored weights (w = h @ kernel): the same calls
+  h, kernel = np.ones((50, 4)), np.ones((4, w.shape[1])) / 7
+  factored = lambda a, b, c, s, r: jnp.sum(eq.conv(a, y, b, s, r, 10, *IRREPS,
+                                                   edge_weights_kernel=c) ** 2)
+  for argnums, sorts in (((1, 2), 1), ((0, 1, 2), 2)):
+    compiled = jax.jit(jax.grad(factored, argnums=argnums)).lower(x, h, kernel, snd, rcv).compile()
+    assert _sorts(compiled.as_text()) == sorts, argnums
+  # JAXEXT_CONV_GRAPH=whole (A/B timing) passes both orders whole: two sorts, the same bits
+  monkeypatch.setenv("JAXEXT_CONV_GRAPH", "whole")
+  whole = jax.jit(jax.value_and_grad(square, argnums=(1, 2))).lower(x, y, w, snd, rcv).compile()
+  monkeypatch.delenv("JAXEXT_CONV_GRAPH")
+  assert _sorts(whole.as_text()) == 2
+  walked = jax.jit(jax.value_and_grad(square, argnums=(1, 2)))
+  for got, want in zip(jax.tree.leaves(walked(x, y, w, snd, rcv)),
+                       jax.tree.leaves(whole(x, y, w, snd, rcv))):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
   # the same numbers as with every order real (the graph check of the exported conv_p reads
   # both orders whole: the control that the count sees sorts that are there)
   key = tuple(_irreps.parse(i) for i in IRREPS)

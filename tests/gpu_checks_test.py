@@ -95,12 +95,15 @@ def test_gpu_checks_peer_arms_run_on_cpu(tmp_path):
     tol = 1e-10 if row["dtype"] == "float64" else 1e-4
     diffs = [v for k, v in row.items() if k.endswith("max rel diff vs e3nn")]
     # fused and unfused, forward and forward + backward; then the fused arm's A/B (its edge
-    # cotangents from the two modes' own calls, then fused again): forward + backward
-    assert len(diffs) == 6 and max(diffs) < tol, row
-    for arm in ("fused edge-cts-separate", "fused again"):
+    # cotangents from the two modes' own calls, both node orders whole, then fused again):
+    # forward + backward
+    assert len(diffs) == 7 and max(diffs) < tol, row
+    # ... and with both node orders passed whole (JAXEXT_CONV_GRAPH=whole)
+    for arm in ("fused edge-cts-separate", "fused whole-graph", "fused again"):
       assert row[f"{arm} fwd+bwd ms"] > 0, row
       assert row[f"{arm} calls jaxext_conv_edge_cts"] is False, row  # the CPU: modes alone
     assert row["fused edge-cts A/B max rel diff"] == 0, row
+    assert row["fused whole-graph A/B max rel diff"] == 0, row
 
 
 def test_gpu_checks_nequip_section_on_cpu(tmp_path):

@@ -1166,14 +1166,19 @@ def e3nn_arm(gpu, best, report, small, check):
         row[f"{arm} {job} temp MB"] = eb.memory_bytes(exe)["temp"] / 1e6
     # A/B: the fused arm's backward with the edge harmonics' and weights' cotangents from their
     # modes' own kernels (JAXEXT_CONV_EDGE_CTS=separate) instead of jaxext_conv_edge_cts' one
-    # pass, then the fused arm again (interleaved: this card's clocks drift between calls)
-    for arm, separate in (("fused edge-cts-separate", True), ("fused again", False)):
-      if separate:
-        os.environ["JAXEXT_CONV_EDGE_CTS"] = "separate"
+    # pass; with both node orders passed whole to every call (JAXEXT_CONV_GRAPH=whole: the sort
+    # by sender, which this program's calls do not walk, kept); then the fused arm again
+    # (interleaved: this card's clocks drift between calls)
+    for arm, env in (("fused edge-cts-separate", ("JAXEXT_CONV_EDGE_CTS", "separate")),
+                     ("fused whole-graph", ("JAXEXT_CONV_GRAPH", "whole")),
+                     ("fused again", None)):
+      if env:
+        os.environ[env[0]] = env[1]
       try:
         lowered = jax.jit(eb.job_fn("fused", "fwd+bwd", "mlp", nodes)).lower(*args)
       finally:
-        os.environ.pop("JAXEXT_CONV_EDGE_CTS", None)
+        if env:
+          os.environ.pop(env[0], None)
       # (on the CPU stand-in neither arm has it: the CPU lowers each mode alone)
       row[f"{arm} calls jaxext_conv_edge_cts"] = "@jaxext_conv_edge_cts(" in lowered.as_text()
       exe = lowered.compile()
@@ -1183,11 +1188,17 @@ def e3nn_arm(gpu, best, report, small, check):
     row["fused edge-cts A/B max rel diff"] = diff = max(eb.max_rel(a, b) for a, b in zip(
         jax.tree.leaves(outs[("fused edge-cts-separate", "fwd+bwd")]),
         jax.tree.leaves(outs[("fused again", "fwd+bwd")])))
+    # without the unwalked order's sort: the same kernels on the same order, the same bits
+    row["fused whole-graph A/B max rel diff"] = whole = max(eb.max_rel(a, b) for a, b in zip(
+        jax.tree.leaves(outs[("fused whole-graph", "fwd+bwd")]),
+        jax.tree.leaves(outs[("fused again", "fwd+bwd")])))
     if gpu.platform == "gpu":
       check(f"equivariant gpu: layer's edge cotangents in one call ({dtype}), as the two alone",
             row["fused again calls jaxext_conv_edge_cts"] and
             not row["fused edge-cts-separate calls jaxext_conv_edge_cts"] and
             diff < (1e-12 if dtype == "float64" else 1e-5), f"relative {diff:.3g}")
+      check(f"equivariant gpu: layer without the sort by sender ({dtype}), bits as with it",
+            whole == 0, f"relative {whole:.3g}")
     for (arm, job), out in outs.items():
       if arm != "e3nn":
         ref = jax.tree.leaves(outs[("e3nn", job)])

@@ -65,7 +65,9 @@ struct TpGraph {
   const int32_t* ranges = nullptr;
   // Every edge's nodes are in range iff the receivers' and senders' ranges each cover all edges
   // (Python builds them from per-node counts of the ids in range, so an out-of-range id falls
-  // outside them).
+  // outside them). Of these two only the first and last entries are read (GraphBad), besides
+  // `ranges`, the walked one: for the order a call does not walk, the lowering passes ranges
+  // holding only those entries and no sort behind them (conv.py's _walked_graph).
   const int32_t* recv_ranges = nullptr;  // n_receivers + 1
   const int32_t* send_ranges = nullptr;  // n_senders + 1
   int64_t n_senders = 0, n_receivers = 0, n_edges = 0;

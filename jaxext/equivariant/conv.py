@@ -285,7 +285,7 @@ def _lowering(ctx, *args, mode, key, platform, checked):
       ok = graph_is_consistent(snd, rcv, by_recv, recv_ranges, by_send, send_ranges)
       recv_ranges = recv_ranges.at[0].set(jnp.where(ok, recv_ranges[0], 1))
     else:
-      snd, rcv, by_recv, recv_ranges, by_send, send_ranges = walked_graph(
+      snd, rcv, by_recv, recv_ranges, by_send, send_ranges = _walked_graph(
           (snd, rcv, by_recv, recv_ranges, by_send, send_ranges), mode)
     # (the edge rows of y's and w's cotangents have no tasks: one entry the handler ignores)
     tasks = (node_tasks(send_ranges if mode == X else recv_ranges) if mode in _NODE_SLOTS
@@ -297,27 +297,35 @@ def _lowering(ctx, *args, mode, key, platform, checked):
   return compat.lower_fun(cuda, multiple_results=True)(ctx, *args)
 
 
-def walked_graph(graph, mode):
+def _walked_graph(graph, mode):
   """The graph operands of a CUDA call in `mode` on a trusted graph (conv()'s), the node order
-  it does not walk replaced (both for the edge rows of y's and w's cotangents).
+  it does not walk replaced (both orders for the edge rows of y's and w's cotangents).
 
   The CUDA kernels walk the receivers' order for the result's node rows (OUT), the senders' for
   x's cotangent (X), neither for edge rows. Of an order they do not walk they read only its
-  ranges' ends, 0 and the edges (every id of that side in range: the handlers' out-of-range
-  test). In its place go the senders (any E int32 values) and ranges whose ends are 0 and the
-  number of ids in range: no sort behind them, so XLA drops the sort nobody else reads (a
-  convolution whose node features are not differentiated never sorts by sender)."""
+  ranges' first and last entries (GraphBad: 0 and E iff every id of that side is in range). In
+  its place go the edges in their own order (a valid permutation, should a kernel ever walk it)
+  and ranges holding only those two entries (0 and the count of ids in range): no sort behind
+  them, so XLA drops a sort nobody else reads. A program that never differentiates conv()'s node
+  features (one layer's forces and weight gradients, any forward pass) sorts by receiver alone;
+  a model of several layers differentiated for forces still sorts by sender too (every layer
+  after the first differentiates its node features), once for all layers on one graph.
+  JAXEXT_CONV_GRAPH=whole, read as a function is lowered, passes both orders whole (A/B timing:
+  tools/gpu_checks.py)."""
+  if os.environ.get("JAXEXT_CONV_GRAPH") == "whole":
+    return tuple(graph)
   snd, rcv, by_recv, recv_ranges, by_send, send_ranges = graph
+  edges = jax.lax.iota(jnp.int32, snd.shape[0])
   if mode != OUT:
-    by_recv, recv_ranges = snd, _range_ends(rcv, recv_ranges.shape[0] - 1)
+    by_recv, recv_ranges = edges, _range_ends(rcv, recv_ranges.shape[0] - 1)
   if mode != X:
-    by_send, send_ranges = snd, _range_ends(snd, send_ranges.shape[0] - 1)
+    by_send, send_ranges = edges, _range_ends(snd, send_ranges.shape[0] - 1)
   return snd, rcv, by_recv, recv_ranges, by_send, send_ranges
 
 
 def _range_ends(ids, n):
-  """n + 1 int32 entries whose ends are run_ranges(ids, n)'s (0 and the count of ids in [0, n)):
-  all the CUDA kernels read of an order they do not walk."""
+  """n + 1 int32 entries whose first and last are run_ranges(ids, n)'s (0 and the count of ids
+  in [0, n)), the rest 0: all the CUDA kernels read of the ranges of an order they do not walk."""
   inside = jnp.sum((ids >= 0) & (ids < n), dtype=jnp.int32)
   return jnp.concatenate([jnp.zeros(n, jnp.int32), inside[None]])
 
@@ -507,7 +515,7 @@ def _edge_cts(x, y, w, ct, *graph, key):
   """The CUDA handler's y and w cotangents in one call (jaxext_conv_edge_cts)."""
   call = jax.ffi.ffi_call("jaxext_conv_edge_cts", (jax.ShapeDtypeStruct(y.shape, y.dtype),
                                                    jax.ShapeDtypeStruct(w.shape, w.dtype)))
-  return call(x, y, w, ct, *walked_graph(graph, Y), **ffi_attrs(_spec(*key), Y))
+  return call(x, y, w, ct, *_walked_graph(graph, Y), **ffi_attrs(_spec(*key), Y))
 
 
 def _bwd_lowering(ctx, *args, which, key, platform):
