@@ -21,9 +21,9 @@ constexpr int kTpThreads = 64;
 
 // An edge naming a node out of range makes the whole result NaN (the CPU raises instead): the
 // ranges then do not run from 0 to the edges. Only their first and last entries are read here,
-// which is all the lowering passes of an order a call does not walk (conv.py's _walked_graph). The tasks come from the lowering (made from these
-// ranges); a set with more pieces than partial rows also gives NaN, so that none is written past
-// them.
+// which is all the lowering passes of an order a call does not walk (conv.py's _walked_graph).
+// The tasks come from the lowering (made from these ranges); a set with more pieces than partial
+// rows also gives NaN, so that none is written past them.
 __device__ bool GraphBad(const TpGraph& g, int64_t rows, bool node_rows) {
   if (g.senders == nullptr) return false;
   bool bad = g.recv_ranges[0] != 0 || g.recv_ranges[g.n_receivers] != g.n_edges ||
