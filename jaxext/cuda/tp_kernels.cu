@@ -10,6 +10,7 @@
 
 #include "jaxext/common/tp_fast_path.h"
 #include "jaxext/cuda/grid.h"
+#include "jaxext/cuda/warp_sums.h"
 #include "jaxext/kernels/conv_tasks.h"
 #include "jaxext/kernels/tp.h"
 
@@ -206,16 +207,10 @@ __global__ void __launch_bounds__(kTpThreads * kTpGroups)
 // the lanes by shuffles in a fixed pattern. Node rows split their edges over the block's warps,
 // whose rows are added in warp order. Deterministic: every sum has one owner and a fixed order.
 constexpr int kTpWarp = 32;
+static_assert(kTpWarp == kWarpLanes);
 constexpr int kTpFastWarps = 8;
 // Shared memory per block of this kernel: under the 48 KB a launch gets without an opt-in.
 constexpr int64_t kTpFastSharedLimit = 46 * 1024;
-
-template <typename T>
-__device__ __forceinline__ T TpWarpSum(T v) {
-#pragma unroll
-  for (int s = kTpWarp / 2; s > 0; s /= 2) v += __shfl_xor_sync(0xffffffffu, v, s);
-  return v;
-}
 
 // Calls fn(DX, DO) with a path's sizes (2l+1 in {1, 3, 5, 7}) as std::integral_constants, so
 // that fn's per-channel arrays and loops have sizes fixed at compile time.
@@ -269,15 +264,12 @@ __device__ __forceinline__ void TpAddChannelN(T (&n)[DX * DO], T wu, const T (&x
   }
 }
 
-// The warp's N block: every lane's share added by shuffles, each element written by one lane.
+// The warp's N block: every lane's share added by shuffles (WarpSums: ~DX DO shuffles, not
+// 5 DX DO), each element written by one lane.
 template <typename T, int DX, int DO>
 __device__ __forceinline__ void TpStoreWarpN(const T (&n)[DX * DO], T* __restrict__ N,
                                              int lane) {
-#pragma unroll
-  for (int t = 0; t < DX * DO; ++t) {
-    const T s = TpWarpSum(n[t]);
-    if (lane == t % kTpWarp) N[t] = s;
-  }
+  WarpSums(n, lane, [N](int t, T sum) { N[t] = sum; });
 }
 
 // The K values of channel u of a row's irrep block starting at `begin`, into registers.
