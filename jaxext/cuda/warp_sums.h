@@ -5,9 +5,9 @@
 // costs about K + 5 shuffles instead of WarpSum's 5 K: at each offset a lane keeps one half of its
 // values and sends the other half to its partner (the lane its offset bit apart), which keeps the
 // other half; after the five offsets every value has been added over all 32 lanes, and each lane
-// holds ceil(K / 32) or fewer of the K sums. Every sum is WarpSum's, bit for bit: a value meets
-// the same partners at the same offsets in the same order (a lane's own part first), and the two
-// lanes of a pair compute the same sum (IEEE addition commutes).
+// holds ceil(K / 32) or fewer of the K sums. Every sum is WarpSum's, bit for bit (but for a NaN's
+// payload): a value meets the same partners at the same offsets in the same order (a lane's own
+// part first), and the two lanes of a pair compute the same sum (IEEE addition commutes).
 #ifndef JAXEXT_CUDA_WARP_SUMS_H_
 #define JAXEXT_CUDA_WARP_SUMS_H_
 
