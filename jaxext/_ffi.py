@@ -87,6 +87,10 @@ _STAGED_SYMBOLS: dict[str, dict[str, Any]] = {
     "jaxext_tensor_product": {"cpu": "JaxextTensorProductCpu",
                               "cuda": {"initialize": "JaxextTensorProductCudaInitialize",
                                        "execute": "JaxextTensorProductCuda"}},
+    # the product's y and w cotangents in one call (CPU: each mode's own call)
+    "jaxext_tensor_product_edge_cts": {
+        "cuda": {"initialize": "JaxextTensorProductEdgeCtsCudaInitialize",
+                 "execute": "JaxextTensorProductEdgeCtsCuda"}},
 }
 
 

@@ -151,6 +151,56 @@ def test_conv_edge_cotangents_in_one_call_equal_each_mode_alone(dtype, irreps, m
     np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("irreps", [
+    IRREPS,
+    ("40x0e+40x1o+33x3o", "0e+1o+2e+3o", "40x0e+40x1o+40x2e+40x3o"),
+    ("3x0e+2x4e", "0e+1o+4e", "2x0e+3x4e+2x3o"),  # l = 4: the generic kernel's two launches
+], ids=["per-path", "per-path-wide", "generic"])
+def test_product_edge_cotangents_in_one_call_equal_each_mode_alone(dtype, irreps, monkeypatch):
+  # tensor_product() differentiated for y and w (an unfused layer's edge harmonics and weights):
+  # one call (jaxext_tensor_product_edge_cts) makes both cotangents; they must be the bits of
+  # the y and w modes bound alone, and x's cotangent that of its own mode; one call for a
+  # batch (vmap) too. (e3nn_ops' path-separated product has constant weights: y's mode alone.)
+  ix, iy, io = irreps
+  dims = [_irreps.dim(_irreps.parse(i)) for i in irreps]
+  rows = 300
+  rng = np.random.default_rng(12)
+  x = rng.normal(size=(rows, dims[0])).astype(dtype)
+  y = np.asarray(eq.spherical_harmonics(iy, rng.normal(size=(rows, 3)))).astype(dtype)
+  nw = sum(_irreps.parse(ix)[i1][0] for i1, _, _ in eq.paths(ix, iy, io))
+  w = rng.normal(size=(rows, nw)).astype(dtype)
+  ct = rng.normal(size=(rows, dims[2])).astype(dtype)
+  f = lambda a, b, c: jnp.sum(ct * eq.tensor_product(a, b, c, ix, iy, io))
+  calls = lambda fn, *args: sum("@jaxext_tensor_product_edge_cts(" in c
+                                for c in _custom_calls(fn.lower(*args).as_text()))
+  key = tuple(_irreps.parse(i) for i in irreps)
+  alone = jax.jit(lambda a, b, c, mode: eq.tp_p.bind(a, b, c, mode=mode, key=key),
+                  static_argnums=3)
+  want = {0: np.asarray(alone(y, w, ct, 0)), 1: np.asarray(alone(x, w, ct, 1)),
+          2: np.asarray(alone(x, y, ct, 2))}
+  assert np.abs(want[1]).max() > 1e-3 and np.abs(want[2]).max() > 1e-3
+  for argnums, n_calls in (((0, 1, 2), 1), ((1, 2), 1), ((1,), 0), ((2,), 0), ((0, 2), 0)):
+    grad = jax.jit(jax.grad(f, argnums=argnums))
+    assert calls(grad, x, y, w) == n_calls, argnums
+    for a, g in zip(argnums, grad(x, y, w)):
+      np.testing.assert_array_equal(np.asarray(g), want[a])
+  # JAXEXT_TP_EDGE_CTS=separate (for A/B timing): each mode's own call, the same bits
+  monkeypatch.setenv("JAXEXT_TP_EDGE_CTS", "separate")
+  apart = jax.jit(jax.grad(f, argnums=(1, 2)))
+  assert calls(apart, x, y, w) == 0
+  for a, g in zip((1, 2), apart(x, y, w)):
+    np.testing.assert_array_equal(np.asarray(g), want[a])
+  monkeypatch.delenv("JAXEXT_TP_EDGE_CTS")
+  # vmap over a batch of products: one call for the batch, each member's bits
+  split = lambda a: a.reshape((3, rows // 3) + a.shape[1:])
+  fb = lambda a, b, c, d: jnp.sum(d * eq.tensor_product(a, b, c, ix, iy, io))
+  batched = jax.jit(jax.vmap(jax.grad(fb, argnums=(1, 2))))
+  assert calls(batched, split(x), split(y), split(w), split(ct)) == 1
+  for a, g in zip((1, 2), batched(split(x), split(y), split(w), split(ct))):
+    np.testing.assert_array_equal(np.asarray(g).reshape(want[a].shape), want[a])
+
+
 def _sorts(compiled_text):
   """Sort instructions in XLA's CPU program text (a GPU's may be CUB's custom calls instead)."""
   return len(re.findall(r"[)}\]] sort\(", compiled_text))

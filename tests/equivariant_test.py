@@ -1104,7 +1104,7 @@ def test_graph_check_of_the_cuda_lowering_agrees_with_the_cpu_handler():
 # --- CUDA lowering (built with --config=cuda; execution is checked by tools/gpu_checks.py) ------
 
 _TARGETS = ("jaxext_sph", "jaxext_segment_sum", "jaxext_tensor_product", "jaxext_conv",
-            "jaxext_conv_edge_cts")
+            "jaxext_conv_edge_cts", "jaxext_tensor_product_edge_cts")
 
 
 def _export_cuda(fn, *args):
@@ -1145,14 +1145,17 @@ def test_cuda_lowering():
     assert operands.count("%") == 10, line
     assert "task_edges = 128" in line, line
     assert re.search(r"-> \(tensor<\d+x\d+xf64>, tensor<0x\d+xf64>\)", line), line
-  calls = re.findall(r"@jaxext_(conv|conv_edge_cts|tensor_product)\(.*?mode = (\d+)", text)
-  modes = {op: {int(m) for o, m in calls if o == op} for op in ("conv", "conv_edge_cts",
-                                                                "tensor_product")}
-  # out, and the x, y, w cotangents; conv's y and w cotangents in one call (its mode says y)
-  assert modes == {"conv": {0, 3}, "conv_edge_cts": {1}, "tensor_product": {0, 1, 2, 3}}, modes
-  edge_cts = [line for line in text.splitlines() if "@jaxext_conv_edge_cts(" in line]
-  assert len(edge_cts) == 1 and re.search(
-      r"-> \(tensor<60x16xf64>, tensor<60x\d+xf64>\)", edge_cts[0]), edge_cts
+  ops = ("conv", "conv_edge_cts", "tensor_product", "tensor_product_edge_cts")
+  calls = re.findall(r"@jaxext_(\w+)\(.*?mode = (\d+)", text)
+  modes = {op: {int(m) for o, m in calls if o == op} for op in ops}
+  # out, and the x, y, w cotangents; each product's y and w cotangents in one call (its mode
+  # says y)
+  assert modes == {"conv": {0, 3}, "conv_edge_cts": {1}, "tensor_product": {0, 3},
+                   "tensor_product_edge_cts": {1}}, modes
+  for op in ("conv_edge_cts", "tensor_product_edge_cts"):
+    edge_cts = [line for line in text.splitlines() if f"@jaxext_{op}(" in line]
+    assert len(edge_cts) == 1 and re.search(
+        r"-> \(tensor<60x16xf64>, tensor<60x\d+xf64>\)", edge_cts[0]), edge_cts
   # The segment sum on CUDA: the ids, each segment's row range and tasks (segments + 1 each),
   # the task size as an attribute; results: the sums, the unsorted-ids flag and the cut pieces'
   # partial rows (60 // 128 = 0 of them), the last two dropped by the lowering.

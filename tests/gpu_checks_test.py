@@ -95,15 +95,19 @@ def test_gpu_checks_peer_arms_run_on_cpu(tmp_path):
     tol = 1e-10 if row["dtype"] == "float64" else 1e-4
     diffs = [v for k, v in row.items() if k.endswith("max rel diff vs e3nn")]
     # fused and unfused, forward and forward + backward; then the fused arm's A/B (its edge
-    # cotangents from the two modes' own calls, both node orders whole, then fused again):
-    # forward + backward
-    assert len(diffs) == 7 and max(diffs) < tol, row
-    # ... and with both node orders passed whole (JAXEXT_CONV_GRAPH=whole)
-    for arm in ("fused edge-cts-separate", "fused whole-graph", "fused again"):
+    # cotangents from the two modes' own calls, both node orders whole, then fused again) and
+    # the unfused arm's (its product's y and w cotangents from the modes' own calls, then
+    # unfused again): forward + backward
+    assert len(diffs) == 9 and max(diffs) < tol, row
+    for arm, call in (("fused edge-cts-separate", "conv_edge_cts"),
+                      ("fused whole-graph", "conv_edge_cts"), ("fused again", "conv_edge_cts"),
+                      ("unfused edge-cts-separate", "tensor_product_edge_cts"),
+                      ("unfused again", "tensor_product_edge_cts")):
       assert row[f"{arm} fwd+bwd ms"] > 0, row
-      assert row[f"{arm} calls jaxext_conv_edge_cts"] is False, row  # the CPU: modes alone
+      assert row[f"{arm} calls jaxext_{call}"] is False, row  # the CPU: modes alone
     assert row["fused edge-cts A/B max rel diff"] == 0, row
     assert row["fused whole-graph A/B max rel diff"] == 0, row
+    assert row["unfused edge-cts A/B max rel diff"] == 0, row
 
 
 def test_gpu_checks_nequip_section_on_cpu(tmp_path):

@@ -276,3 +276,33 @@ def test_spherical_harmonics_split_along_vectors(mesh1):
   np.testing.assert_array_equal(np.asarray(y), np.asarray(eq.spherical_harmonics(range(4), v,
                                                                                   normalize=False)))
   assert y.sharding.is_equivalent_to(NamedSharding(mesh1, P("x", None)), 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tensor_product_and_its_gradients_split_rows(mesh1, dtype):
+  # The product and its x, y, w cotangents (on CUDA the y and w ones from one call) per row
+  # shard: no collectives, the unsharded bits, the rows' sharding kept.
+  from jaxext import equivariant as eq
+  from jaxext import _ffi
+  ix, iy, io = "8x0e+8x1o+4x2e", "0e+1o+2e", "8x0e+8x1o+8x2e"
+  rng = np.random.default_rng(9)
+  rows = 64
+  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  x, y, w = (rng.normal(size=(rows, d)).astype(dtype) for d in (52, 9, nw))
+  ct = rng.normal(size=(rows, 72)).astype(dtype)
+  sh = NamedSharding(mesh1, P("x", None))
+  put = lambda *a: [jax.device_put(v, sh) for v in a]
+  f = lambda a, b, c: eq.tensor_product(a, b, c, ix, iy, io)
+  out = _assert_local(f, *put(x, y, w))
+  np.testing.assert_array_equal(np.asarray(out), np.asarray(jax.jit(f)(x, y, w)))
+  assert out.sharding.is_equivalent_to(sh, 2)
+  loss = lambda a, b, c, d: jnp.sum(d * f(a, b, c))
+  for argnums in ((1, 2), (0, 1, 2)):
+    grad = jax.grad(loss, argnums=argnums)
+    if "CUDA" in _ffi.register_all():  # the CUDA path (or its emulation): y and w in one call
+      text = _compiled(grad, *put(x, y, w, ct)).as_text()  # (after partitioning)
+      assert text.count('custom_call_target="jaxext_tensor_product_edge_cts"') == 1, text
+    got = _assert_local(grad, *put(x, y, w, ct))
+    for g, want in zip(got, jax.jit(grad)(x, y, w, ct)):
+      np.testing.assert_array_equal(np.asarray(g), np.asarray(want))
+      assert g.sharding.is_equivalent_to(sh, 2)

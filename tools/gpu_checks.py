@@ -1168,37 +1168,50 @@ def e3nn_arm(gpu, best, report, small, check):
     # modes' own kernels (JAXEXT_CONV_EDGE_CTS=separate) instead of jaxext_conv_edge_cts' one
     # pass; with both node orders passed whole to every call (JAXEXT_CONV_GRAPH=whole: the sort
     # by sender, which this program's calls do not walk, kept); then the fused arm again
-    # (interleaved: this card's clocks drift between calls)
-    for arm, env in (("fused edge-cts-separate", ("JAXEXT_CONV_EDGE_CTS", "separate")),
-                     ("fused whole-graph", ("JAXEXT_CONV_GRAPH", "whole")),
-                     ("fused again", None)):
+    # (interleaved: this card's clocks drift between calls); the same for the unfused arm's
+    # product (JAXEXT_TP_EDGE_CTS=separate against jaxext_tensor_product_edge_cts' one pass)
+    fused_call = {"fused": "jaxext_conv_edge_cts", "unfused": "jaxext_tensor_product_edge_cts"}
+    for arm, base, env in (
+        ("fused edge-cts-separate", "fused", ("JAXEXT_CONV_EDGE_CTS", "separate")),
+        ("fused whole-graph", "fused", ("JAXEXT_CONV_GRAPH", "whole")),
+        ("fused again", "fused", None),
+        ("unfused edge-cts-separate", "unfused", ("JAXEXT_TP_EDGE_CTS", "separate")),
+        ("unfused again", "unfused", None)):
       if env:
         os.environ[env[0]] = env[1]
       try:
-        lowered = jax.jit(eb.job_fn("fused", "fwd+bwd", "mlp", nodes)).lower(*args)
+        lowered = jax.jit(eb.job_fn(base, "fwd+bwd", "mlp", nodes)).lower(*args)
       finally:
         if env:
           os.environ.pop(env[0], None)
-      # (on the CPU stand-in neither arm has it: the CPU lowers each mode alone)
-      row[f"{arm} calls jaxext_conv_edge_cts"] = "@jaxext_conv_edge_cts(" in lowered.as_text()
+      # (on the CPU stand-in no arm has it: the CPU lowers each mode alone)
+      row[f"{arm} calls {fused_call[base]}"] = f"@{fused_call[base]}(" in lowered.as_text()
       exe = lowered.compile()
       outs[(arm, "fwd+bwd")] = jax.tree.map(np.asarray, exe(*args))
       row[f"{arm} fwd+bwd ms"] = best(exe, *args, repeats=10) * 1e3
-    # each A/B arm against the fused arm again: the same sums in the same order (bitwise under
-    # the CPU emulation)
-    def vs_again(arm):
-      again = jax.tree.leaves(outs[("fused again", "fwd+bwd")])
-      return max(eb.max_rel(a, b) for a, b in zip(jax.tree.leaves(outs[(arm, "fwd+bwd")]), again))
+    # each A/B arm against its arm again: the same sums in the same order (bitwise under the CPU
+    # emulation)
+    def vs_again(arm, again="fused again"):
+      ref = jax.tree.leaves(outs[(again, "fwd+bwd")])
+      return max(eb.max_rel(a, b) for a, b in zip(jax.tree.leaves(outs[(arm, "fwd+bwd")]), ref))
     row["fused edge-cts A/B max rel diff"] = diff = vs_again("fused edge-cts-separate")
     # without the unwalked order's sort: the same kernels on the same order, the same bits
     row["fused whole-graph A/B max rel diff"] = whole = vs_again("fused whole-graph")
+    row["unfused edge-cts A/B max rel diff"] = udiff = vs_again("unfused edge-cts-separate",
+                                                                "unfused again")
     if gpu.platform == "gpu":
+      tol = 1e-12 if dtype == "float64" else 1e-5
       check(f"equivariant gpu: layer's edge cotangents in one call ({dtype}), as the two alone",
             row["fused again calls jaxext_conv_edge_cts"] and
             not row["fused edge-cts-separate calls jaxext_conv_edge_cts"] and
-            diff < (1e-12 if dtype == "float64" else 1e-5), f"relative {diff:.3g}")
+            diff < tol, f"relative {diff:.3g}")
       check(f"equivariant gpu: layer without the sort by sender ({dtype}), bits as with it",
             whole == 0, f"relative {whole:.3g}")
+      check(f"equivariant gpu: unfused layer's product cotangents in one call ({dtype}), as the "
+            "two alone",
+            row["unfused again calls jaxext_tensor_product_edge_cts"] and
+            not row["unfused edge-cts-separate calls jaxext_tensor_product_edge_cts"] and
+            udiff < tol, f"relative {udiff:.3g}")
     for (arm, job), out in outs.items():
       if arm != "e3nn":
         ref = jax.tree.leaves(outs[("e3nn", job)])

@@ -160,24 +160,6 @@ constexpr const char* kEdgeCtsOp = "jaxext equivariant.conv (edge cotangents)";
       ffi::Span<const int64_t> cg_k, ffi::Span<const double> cg_v, int64_t n_paths,          \
       int64_t n_entries, ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms
 
-// The attributes are those of mode kY (the product's tables, widths of all four slots).
-ffi::Error DecodeEdgeCtsAttrs(int64_t mode, ffi::Span<const int64_t> dims,
-                              ffi::Span<const int64_t> paths, ffi::Span<const int64_t> cg_i,
-                              ffi::Span<const int64_t> cg_j, ffi::Span<const int64_t> cg_k,
-                              ffi::Span<const double> cg_v, int64_t n_paths, int64_t n_entries,
-                              ffi::Span<const int64_t> x_terms,
-                              ffi::Span<const int64_t> out_terms, TpAttrs* attrs) {
-  if (ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
-                                     n_entries, x_terms, out_terms, kEdgeCtsOp, attrs);
-      err.failure()) {
-    return err;
-  }
-  if (attrs->mode != tp::kY) {
-    return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": mode must be 1 (y)");
-  }
-  return ffi::Error::Success();
-}
-
 template <typename T>
 ffi::Error EdgeCtsTyped(JAXEXT_CONV_EDGE_CTS_PARAMS, const TpAttrs& attrs) {
   TpGraph g;
@@ -187,37 +169,14 @@ ffi::Error EdgeCtsTyped(JAXEXT_CONV_EDGE_CTS_PARAMS, const TpAttrs& attrs) {
       err.failure()) {
     return err;
   }
-  // y's cotangent from (x, w, ct); w's from (x, y, ct): each checked as its mode's call would be.
-  TpOperands<T> ops{};
-  ffi::AnyBuffer* const y_operands[3] = {&x, &w, &ct};
-  if (ffi::Error err = SlotData<T>(attrs, y_operands, *dy, rows, ops.slot, kEdgeCtsOp,
-                                   "the graph and irreps");
-      err.failure()) {
-    return err;
-  }
-  TpAttrs w_attrs = attrs;
-  w_attrs.mode = tp::kW;
-  const T* w_slots[4];
-  ffi::AnyBuffer* const w_operands[3] = {&x, &y, &ct};
-  if (ffi::Error err = SlotData<T>(w_attrs, w_operands, *dw, rows, w_slots, kEdgeCtsOp,
-                                   "the graph and irreps");
-      err.failure()) {
-    return err;
-  }
-  auto tables = Tables<T>(attrs, kEdgeCtsOp, stream);
-  if (!tables.has_value()) return tables.error();
-  for (int k = 0; k < 4; ++k) ops.dims[k] = attrs.dims[k];
-  ops.result = dy->typed_data<T>();
-  ops.rows = rows[tp::kY];
-  if (ffi::Error err = CheckTables(*tables, ops.dims, kEdgeCtsOp); err.failure()) return err;
-  return LaunchStatus(kEdgeCtsOp, LaunchTpEdgeCts<T>(stream, *tables, w_slots[tp::kY], ops,
-                                                     dw->typed_data<T>(), g));
+  return RunTpEdgeCts<T>(stream, attrs, x, y, w, ct, *dy, *dw, rows, g, kEdgeCtsOp,
+                         "the graph and irreps");
 }
 
 ffi::Error EdgeCtsImpl(JAXEXT_CONV_EDGE_CTS_PARAMS) {
   TpAttrs attrs;
   if (ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
-                                          n_entries, x_terms, out_terms, &attrs);
+                                          n_entries, x_terms, out_terms, kEdgeCtsOp, &attrs);
       err.failure()) {
     return err;
   }
@@ -242,7 +201,7 @@ ffi::Error EdgeCtsImpl(JAXEXT_CONV_EDGE_CTS_PARAMS) {
 ffi::Error EdgeCtsInitializeImpl(JAXEXT_CONV_EDGE_CTS_PARAMS) {
   TpAttrs attrs;
   if (ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
-                                          n_entries, x_terms, out_terms, &attrs);
+                                          n_entries, x_terms, out_terms, kEdgeCtsOp, &attrs);
       err.failure()) {
     return err;
   }

@@ -53,6 +53,12 @@ PYBIND11_MODULE(_cuda_ops, m) {
     tp["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTensorProductCudaInitialize);
     tp["execute"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTensorProductCuda);
     d["jaxext_tensor_product"] = tp;
+    py::dict tp_edge_cts;
+    tp_edge_cts["initialize"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTensorProductEdgeCtsCudaInitialize);
+    tp_edge_cts["execute"] =
+        jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextTensorProductEdgeCtsCuda);
+    d["jaxext_tensor_product_edge_cts"] = tp_edge_cts;
     py::dict conv;
     conv["initialize"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextConvCudaInitialize);
     conv["execute"] = jaxext::EncapsulateFfiHandler(jaxext::cuda::JaxextConvCuda);

@@ -224,6 +224,55 @@ ffi::Error TensorProductInitializeImpl(JAXEXT_TP_CUDA_PARAMS) {
 
 #undef JAXEXT_TP_CUDA_PARAMS
 
+// --- jaxext_tensor_product_edge_cts: the y and w cotangents together ----------------------------
+
+constexpr const char* kEdgeCtsOp = "jaxext tensor_product (edge cotangents)";
+
+#define JAXEXT_TP_EDGE_CTS_PARAMS                                                              \
+  cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer ct, \
+      ffi::Result<ffi::AnyBuffer> dy, ffi::Result<ffi::AnyBuffer> dw, int64_t mode,          \
+      ffi::Span<const int64_t> dims, ffi::Span<const int64_t> paths,                         \
+      ffi::Span<const int64_t> cg_i, ffi::Span<const int64_t> cg_j,                          \
+      ffi::Span<const int64_t> cg_k, ffi::Span<const double> cg_v, int64_t n_paths,          \
+      int64_t n_entries, ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms
+
+ffi::Error EdgeCtsImpl(JAXEXT_TP_EDGE_CTS_PARAMS) {
+  TpAttrs attrs;
+  if (ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                          n_entries, x_terms, out_terms, kEdgeCtsOp, &attrs);
+      err.failure()) {
+    return err;
+  }
+  if (dy->element_type() != dw->element_type()) {
+    return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": the results' dtypes differ");
+  }
+  const int64_t n = dy->dimensions().size() >= 1 ? dy->dimensions()[0] : 0;
+  const int64_t rows[4] = {n, n, n, n};
+  switch (dy->element_type()) {
+    case ffi::DataType::F32:
+      return RunTpEdgeCts<float>(stream, attrs, x, y, w, ct, *dy, *dw, rows, TpGraph{},
+                                 kEdgeCtsOp, "the irreps");
+    case ffi::DataType::F64:
+      return RunTpEdgeCts<double>(stream, attrs, x, y, w, ct, *dy, *dw, rows, TpGraph{},
+                                  kEdgeCtsOp, "the irreps");
+    default:
+      return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": float32 or float64 only");
+  }
+}
+
+// Copies the tables to the device before any graph capture.
+ffi::Error EdgeCtsInitializeImpl(JAXEXT_TP_EDGE_CTS_PARAMS) {
+  TpAttrs attrs;
+  if (ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                          n_entries, x_terms, out_terms, kEdgeCtsOp, &attrs);
+      err.failure()) {
+    return err;
+  }
+  return PrepareTables(attrs, dy->element_type(), kEdgeCtsOp);
+}
+
+#undef JAXEXT_TP_EDGE_CTS_PARAMS
+
 }  // namespace
 
 ffi::ErrorOr<TpTables<float>> TablesF32(const TpAttrs& a, const char* op, cudaStream_t stream) {
@@ -258,6 +307,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTensorProductCuda, TensorProductImpl,
                               JAXEXT_TP_CUDA_BINDING(ffi::ExecutionStage::kExecute),
                               {ffi::Traits::kCmdBufferCompatible});
 
+// The edge cotangents: x, y, w and the result's cotangent in; y's and w's cotangents out.
+#define JAXEXT_TP_EDGE_CTS_BINDING(stage)               \
+  ffi::Ffi::Bind<stage>()                               \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()         \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Arg<ffi::AnyBuffer>()                            \
+      .Ret<ffi::AnyBuffer>()                            \
+      .Ret<ffi::AnyBuffer>() JAXEXT_TP_ATTRS
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTensorProductEdgeCtsCudaInitialize, EdgeCtsInitializeImpl,
+                              JAXEXT_TP_EDGE_CTS_BINDING(ffi::ExecutionStage::kInitialize));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxextTensorProductEdgeCtsCuda, EdgeCtsImpl,
+                              JAXEXT_TP_EDGE_CTS_BINDING(ffi::ExecutionStage::kExecute),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+#undef JAXEXT_TP_EDGE_CTS_BINDING
 #undef JAXEXT_TP_CUDA_BINDING
 
 }  // namespace cuda

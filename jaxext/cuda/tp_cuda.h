@@ -11,6 +11,10 @@ namespace cuda {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTensorProductCudaInitialize);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTensorProductCuda);
+// jaxext_tensor_product_edge_cts: the y and w cotangents of a product together (one kernel reads
+// each row's x and result cotangent once for both); attributes those of mode y.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTensorProductEdgeCtsCudaInitialize);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxextTensorProductEdgeCtsCuda);
 
 }  // namespace cuda
 }  // namespace jaxext

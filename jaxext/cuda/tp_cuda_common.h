@@ -65,6 +65,60 @@ xla::ffi::Error RunTp(cudaStream_t stream, int mode, const TpTables<T>& t,
   return LaunchStatus(op, LaunchTp<T>(stream, mode, t, ops, g));
 }
 
+// The edge cotangents' handlers (jaxext_tensor_product_edge_cts, jaxext_conv_edge_cts): their
+// attributes are those of mode kY (the product's tables, the widths of all four slots).
+inline xla::ffi::Error DecodeEdgeCtsAttrs(
+    int64_t mode, xla::ffi::Span<const int64_t> dims, xla::ffi::Span<const int64_t> paths,
+    xla::ffi::Span<const int64_t> cg_i, xla::ffi::Span<const int64_t> cg_j,
+    xla::ffi::Span<const int64_t> cg_k, xla::ffi::Span<const double> cg_v, int64_t n_paths,
+    int64_t n_entries, xla::ffi::Span<const int64_t> x_terms,
+    xla::ffi::Span<const int64_t> out_terms, const char* op, TpAttrs* attrs) {
+  if (xla::ffi::Error err = DecodeTpAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                          n_entries, x_terms, out_terms, op, attrs);
+      err.failure()) {
+    return err;
+  }
+  if (attrs->mode != tp::kY) {
+    return xla::ffi::Error::InvalidArgument(std::string(op) + ": mode must be 1 (y)");
+  }
+  return xla::ffi::Error::Success();
+}
+
+// The y and w cotangents together (tp_kernels.h's LaunchTpEdgeCts), from x, y, w and the
+// result's cotangent ct, each operand checked as its mode's own call would check it. rows: the
+// four slots' rows (a product's: all the same; a convolution's: senders, edges, edges,
+// receivers); g: the convolution's graph, or none.
+template <typename T>
+xla::ffi::Error RunTpEdgeCts(cudaStream_t stream, const TpAttrs& attrs, xla::ffi::AnyBuffer& x,
+                             xla::ffi::AnyBuffer& y, xla::ffi::AnyBuffer& w,
+                             xla::ffi::AnyBuffer& ct, xla::ffi::AnyBuffer& dy,
+                             xla::ffi::AnyBuffer& dw, const int64_t rows[4], const TpGraph& g,
+                             const char* op, const char* what) {
+  // y's cotangent from (x, w, ct); w's from (x, y, ct).
+  TpOperands<T> ops{};
+  xla::ffi::AnyBuffer* const y_operands[3] = {&x, &w, &ct};
+  if (xla::ffi::Error err = SlotData<T>(attrs, y_operands, dy, rows, ops.slot, op, what);
+      err.failure()) {
+    return err;
+  }
+  TpAttrs w_attrs = attrs;
+  w_attrs.mode = tp::kW;
+  const T* w_slots[4];
+  xla::ffi::AnyBuffer* const w_operands[3] = {&x, &y, &ct};
+  if (xla::ffi::Error err = SlotData<T>(w_attrs, w_operands, dw, rows, w_slots, op, what);
+      err.failure()) {
+    return err;
+  }
+  auto tables = Tables<T>(attrs, op, stream);
+  if (!tables.has_value()) return tables.error();
+  for (int k = 0; k < 4; ++k) ops.dims[k] = attrs.dims[k];
+  ops.result = dy.typed_data<T>();
+  ops.rows = rows[tp::kY];
+  if (xla::ffi::Error err = CheckTables(*tables, ops.dims, op); err.failure()) return err;
+  return LaunchStatus(op, LaunchTpEdgeCts<T>(stream, *tables, w_slots[tp::kY], ops,
+                                             dw.typed_data<T>(), g));
+}
+
 }  // namespace cuda
 }  // namespace jaxext
 

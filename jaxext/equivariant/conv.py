@@ -34,6 +34,8 @@ from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, che
                                                check_reachable, checked_spec, ffi_attrs,
                                                register_trilinear_rules, unwrap_operands,
                                                weight_scale)
+from jaxext.equivariant.tensor_product import composite_jvp as _composite_jvp
+from jaxext.equivariant.tensor_product import present as _present
 
 __all__ = ["conv", "conv_p"]
 
@@ -464,12 +466,6 @@ def _bwd_composite(*args, which, key, edge_cts=None):
   return out
 
 
-def _present(values, which):
-  """`values` (one per True in `which`) spread over `which`'s positions (None elsewhere)."""
-  it = iter(values)
-  return [next(it) if present else None for present in which]
-
-
 def _lin_abstract_eval(*args, which, key):
   n = _floats_count("conv_lin_p", which)
   floats, rest = args[:n], args[n:]
@@ -578,18 +574,6 @@ def _lin_transpose(ct, *args, which, key):
   if any(need):
     cts = _present(_conv_bwd_p.bind(*floats, ct, *graph, which=tuple(need), key=key), need)
   return [None] * n + [c for c, present in zip(cts, which) if present] + [None] * len(graph)
-
-
-def _composite_jvp(fn, n_float):
-  """A JVP rule: the JVP of `fn` (a composition of differentiable primitives) in its first
-  n_float operands (n_float(params) when a function of the parameters), the rest (the graph)
-  constant."""
-  def rule(primals, tangents, **params):
-    k = n_float(params) if callable(n_float) else n_float
-    floats, graph = primals[:k], primals[k:]
-    ts = [compat.instantiate_zeros(t) for t in tangents[:k]]
-    return jax.jvp(lambda *f: fn(*f, *graph, **params), tuple(floats), tuple(ts))
-  return rule
 
 
 _conv_factored_p.def_abstract_eval(_factored_abstract_eval)

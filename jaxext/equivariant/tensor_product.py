@@ -16,7 +16,9 @@ defaults). Weights: per row, the paths' blocks of `mul` channel weights, in path
 One primitive `tp_p` computes the product and its three derivatives ("modes": the result is x,
 y, w or out, the other three slots are inputs; jaxext/kernels/tp.h): the JVP of any mode is a sum
 of the same mode on the tangents, and the transpose of any mode with respect to one input is the
-mode of that input, so derivatives of every order are these four kernels.
+mode of that input, so derivatives of every order are these four kernels. The product's own JVP
+(mode out) is bound as one tangent primitive, whose transpose asks for every cotangent at once,
+so that CUDA can make the y and w cotangents in one kernel (below); its value is that sum.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
+import os
 from typing import overload
 
 import jax
@@ -401,16 +405,196 @@ def register_trilinear_rules(prim):
   return jvp
 
 
-register_trilinear_rules(tp_p)
+_trilinear_jvp = register_trilinear_rules(tp_p)
 
 
-def _batch(args, dims, *, mode, key):
+def _rows_batch(prim, args, dims, **params):
+  """A batch of row-wise operands (every operand (rows, width)): the batch folded into the
+  rows, one call."""
   size = compat.batch_size(args, dims)
   moved = [compat.batch_axis_to_front(a, d, size) for a, d in zip(args, dims)]
   rows = moved[0].shape[1]
   flat = [m.reshape((size * rows,) + m.shape[2:]) for m in moved]
-  out = tp_p.bind(*flat, mode=mode, key=key)
-  return out.reshape((size, rows) + out.shape[1:]), 0
+  out = prim.bind(*flat, **params)
+  unfold = lambda o: o.reshape((size, rows) + o.shape[1:])
+  if prim.multiple_results:
+    return [unfold(o) for o in out], [0] * len(out)
+  return unfold(out), 0
 
 
-compat.register_batching(tp_p, _batch)
+compat.register_batching(tp_p, functools.partial(_rows_batch, tp_p))
+
+
+def present(values, which):
+  """`values` (one per True in `which`) spread over `which`'s positions (None elsewhere)."""
+  it = iter(values)
+  return [next(it) if here else None for here in which]
+
+
+def composite_jvp(fn, n_float):
+  """A JVP rule: the JVP of `fn` (a composition of differentiable primitives) in its first
+  n_float operands (n_float(params) when a function of the parameters), the rest (a graph)
+  constant."""
+  def rule(primals, tangents, **params):
+    k = n_float(params) if callable(n_float) else n_float
+    floats, rest = primals[:k], primals[k:]
+    ts = [compat.instantiate_zeros(t) for t in tangents[:k]]
+    return jax.jvp(lambda *f: fn(*f, *rest, **params), tuple(floats), tuple(ts))
+  return rule
+
+
+# The product's own derivatives (tp_p in mode OUT, as tensor_product() binds it), as conv()'s:
+# the JVP is the primal and _tp_lin_p (linear in the tangents present, together), whose transpose
+# is _tp_bwd_p, every cotangent asked for from one primitive, so that a platform can make some
+# together: CUDA the y and w cotangents in one kernel (jaxext_tensor_product_edge_cts: both read
+# each row's x and result cotangent; a layer's weights and edge harmonics, or positions, are
+# differentiated together). Elsewhere, and for the derivatives of the two, their compositions:
+# tp_p in each mode, in the order the trilinear rules use (the same values). `which`, one flag per
+# float (x, y, w): the tangents present (lin) or the cotangents asked for (bwd). The derivative
+# modes (X, Y, W) keep the trilinear rules.
+_tp_lin_p = Primitive("jaxext_tensor_product_lin")
+_tp_bwd_p = Primitive("jaxext_tensor_product_bwd")
+_tp_bwd_p.multiple_results = True
+# Bound only by _tp_bwd_p's CUDA lowering: the y and w cotangents of (x, y, w, ct) in one call.
+_tp_edge_cts_p = Primitive("jaxext_tensor_product_edge_cts")
+_tp_edge_cts_p.multiple_results = True
+
+
+def _check_which(prim, which):
+  if not (isinstance(which, tuple) and len(which) == 3 and
+          all(isinstance(f, bool) for f in which) and any(which)):
+    raise TypeError(f"{prim}: which must be a tuple of 3 bools (x, y, w), at least one true; "
+                    f"got {which!r}")
+
+
+def _check_rows(prim, spec, arrays, slots):
+  check_one_dtype(prim, *arrays)
+  for arr, s in zip(arrays, slots):
+    if arr.ndim != 2 or arr.shape[1] != spec.dims[s] or arr.shape[0] != arrays[0].shape[0]:
+      raise TypeError(f"{prim}: operand for {_SLOTS[s]} has shape {arr.shape}")
+
+
+def _lin_composite(*args, which, key):
+  """The result's tangent: x, y, w, then the tangents present (`which`), in slot order."""
+  floats, tangents = list(args[:3]), present(args[3:], which)
+  terms = []
+  for q, t in enumerate(tangents):
+    if t is not None:
+      ops = list(floats)
+      ops[q] = t
+      terms.append(tp_p.bind(*ops, mode=OUT, key=key))
+  return functools.reduce(operator.add, terms)
+
+
+def _bwd_composite(x, y, w, ct, *, which, key, edge_cts=None):
+  """The cotangents asked for (`which`) of x, y, w from the result's cotangent ct, each the mode
+  of its slot. edge_cts: None, or a function (x, y, w, ct) -> (y's, w's cotangents) used where
+  both are needed (a lowering's fused call)."""
+  values = {X: x, Y: y, W: w, OUT: ct}
+  mode_of = lambda s: tp_p.bind(*(values[t] for t in _inputs(s)), mode=s, key=key)
+  got = {}
+  if which[Y] and which[W] and edge_cts is not None:
+    got[Y], got[W] = edge_cts(x, y, w, ct)
+  return [got[s] if s in got else mode_of(s) for s in (X, Y, W) if which[s]]
+
+
+def _lin_abstract_eval(*args, which, key):
+  _check_which("tp_lin_p", which)
+  spec = checked_spec("tp_lin_p", OUT, key)
+  floats, tangents = args[:3], args[3:]
+  if len(tangents) != sum(which):
+    raise TypeError(f"tp_lin_p: {sum(which)} tangents expected; got {len(tangents)}")
+  _check_rows("tp_lin_p", spec, floats, (X, Y, W))
+  for t, p in zip(present(tangents, which), floats):
+    if t is not None and (t.shape != p.shape or t.dtype != p.dtype):
+      raise TypeError(f"tp_lin_p: a tangent {t.dtype}{list(t.shape)} differs from its primal "
+                      f"{p.dtype}{list(p.shape)}")
+  return jax.core.ShapedArray((floats[0].shape[0], spec.dims[OUT]), floats[0].dtype)
+
+
+def _bwd_abstract_eval(x, y, w, ct, *, which, key):
+  _check_which("tp_bwd_p", which)
+  spec = checked_spec("tp_bwd_p", OUT, key)
+  _check_rows("tp_bwd_p", spec, (x, y, w, ct), (X, Y, W, OUT))
+  return [jax.core.ShapedArray(p.shape, p.dtype) for p, want in zip((x, y, w), which) if want]
+
+
+def _edge_cts_abstract_eval(x, y, w, ct, *, key):
+  spec = checked_spec("tp_edge_cts_p", Y, key)
+  _check_rows("tp_edge_cts_p", spec, (x, y, w, ct), (X, Y, W, OUT))
+  return [jax.core.ShapedArray(y.shape, y.dtype), jax.core.ShapedArray(w.shape, w.dtype)]
+
+
+def _edge_cts_lowering(ctx, x, y, w, ct, *, key):
+  def result_types(x, y, w, ct):
+    return (jax.ShapeDtypeStruct(y.shape, y.dtype), jax.ShapeDtypeStruct(w.shape, w.dtype))
+
+  rows = ("rows", None)
+  return _sharding.lower(ctx, (x, y, w, ct),
+                         _sharding.ffi_per_shard("jaxext_tensor_product_edge_cts", result_types,
+                                                 **ffi_attrs(_spec(*key), Y)),
+                         [rows] * 4, [rows, rows])
+
+
+def _lin_lowering(ctx, *args, which, key):
+  # Evaluated only in forward-mode differentiation (reverse mode transposes it unevaluated).
+  return compat.lower_fun(lambda *xs: (_lin_composite(*xs, which=which, key=key),),
+                          multiple_results=True)(ctx, *args)
+
+
+def _bwd_lowering(ctx, *args, which, key, platform):
+  edge_cts = None
+  # JAXEXT_TP_EDGE_CTS=separate, read as a function is lowered: each mode's own call instead
+  # (A/B comparisons in one process: tools/gpu_checks.py).
+  if (platform == "cuda" and
+      "jaxext_tensor_product_edge_cts" in _ffi.register_all().get("CUDA", ()) and
+      os.environ.get("JAXEXT_TP_EDGE_CTS") != "separate"):
+    edge_cts = lambda *xs: _tp_edge_cts_p.bind(*xs, key=key)
+  return compat.lower_fun(
+      lambda *xs: _bwd_composite(*xs, which=which, key=key, edge_cts=edge_cts),
+      multiple_results=True)(ctx, *args)
+
+
+def _result_jvp(primals, tangents, *, mode, key):
+  """tp_p's JVP: in mode OUT the primal and _tp_lin_p, in the other modes trilinear."""
+  if mode != OUT:
+    return _trilinear_jvp(primals, tangents, mode=mode, key=key)
+  which = tuple(not compat.is_zero_tangent(t) for t in tangents)
+  out = tp_p.bind(*primals, mode=mode, key=key)
+  if not any(which):
+    return out, jnp.zeros_like(out)
+  here = [t for t, p in zip(tangents, which) if p]
+  return out, _tp_lin_p.bind(*primals, *here, which=which, key=key)
+
+
+def _lin_transpose(ct, *args, which, key):
+  floats, tangents = args[:3], args[3:]
+  if any(compat.is_undefined_primal(v) for v in floats):
+    raise NotImplementedError("tp_lin_p is linear in its tangents only")
+  if compat.is_zero_tangent(ct):
+    return [None] * len(args)
+  spread = present(tangents, which)
+  need = tuple(t is not None and compat.is_undefined_primal(t) for t in spread)
+  cts = [None] * 3
+  if any(need):
+    cts = present(_tp_bwd_p.bind(*floats, compat.instantiate_zeros(ct), which=need, key=key),
+                  need)
+  return [None] * 3 + [c for c, here in zip(cts, which) if here]
+
+
+_tp_lin_p.def_abstract_eval(_lin_abstract_eval)
+_tp_bwd_p.def_abstract_eval(_bwd_abstract_eval)
+_tp_edge_cts_p.def_abstract_eval(_edge_cts_abstract_eval)
+for _prim in (_tp_lin_p, _tp_bwd_p):
+  _eager.def_jit_impl(_prim)
+  compat.register_batching(_prim, functools.partial(_rows_batch, _prim))
+# (partitioned: their compositions lower tp_p, which partitions its rows under jit sharding)
+for _name in ("cpu", "cuda"):
+  compat.register_lowering(_tp_lin_p, _lin_lowering, _name, partitioned=True)
+  compat.register_lowering(_tp_bwd_p, functools.partial(_bwd_lowering, platform=_name), _name,
+                           partitioned=True)
+compat.register_lowering(_tp_edge_cts_p, _edge_cts_lowering, "cuda", partitioned=True)
+compat.register_jvp(tp_p, _result_jvp)
+compat.register_jvp(_tp_lin_p, composite_jvp(_lin_composite, lambda p: 3 + sum(p["which"])))
+compat.register_jvp(_tp_bwd_p, composite_jvp(_bwd_composite, 4))
+compat.register_transpose(_tp_lin_p, _lin_transpose)
