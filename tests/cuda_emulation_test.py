@@ -89,13 +89,19 @@ def test_conv_bad_node_ids_give_nan_under_jit(dtype, monkeypatch):
       assert np.isnan(np.asarray(g)).all()
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("irreps", [
-    IRREPS,
-    # per-path: channels past a warp's 32 lanes, 2l+1 = 7, fewer than 8 warps in a block
-    ("40x0e+40x1o+33x3o", "0e+1o+2e+3o", "40x0e+40x1o+40x2e+40x3o"),
-    ("3x0e+2x4e", "0e+1o+4e", "2x0e+3x4e+2x3o"),  # l = 4: the generic kernel's two launches
-], ids=["per-path", "per-path-wide", "generic"])
+# The edge cotangents' tests (conv's and the product's): both dtypes, and irreps for the per-path
+# kernel, the same past a warp's 32 lanes (2l+1 = 7, fewer than 8 warps in a block), and l = 4
+# (the generic kernel's two launches).
+def _edge_cts_cases(test):
+  irreps = pytest.mark.parametrize("irreps", [
+      IRREPS,
+      ("40x0e+40x1o+33x3o", "0e+1o+2e+3o", "40x0e+40x1o+40x2e+40x3o"),
+      ("3x0e+2x4e", "0e+1o+4e", "2x0e+3x4e+2x3o"),
+  ], ids=["per-path", "per-path-wide", "generic"])
+  return pytest.mark.parametrize("dtype", [np.float64, np.float32])(irreps(test))
+
+
+@_edge_cts_cases
 def test_conv_edge_cotangents_in_one_call_equal_each_mode_alone(dtype, irreps, monkeypatch):
   # Differentiated, conv()'s harmonics' and weights' cotangents come from one call
   # (jaxext_conv_edge_cts: with the per-path tables one warp per edge makes both; with l = 4,
@@ -151,12 +157,7 @@ def test_conv_edge_cotangents_in_one_call_equal_each_mode_alone(dtype, irreps, m
     np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("irreps", [
-    IRREPS,
-    ("40x0e+40x1o+33x3o", "0e+1o+2e+3o", "40x0e+40x1o+40x2e+40x3o"),
-    ("3x0e+2x4e", "0e+1o+4e", "2x0e+3x4e+2x3o"),  # l = 4: the generic kernel's two launches
-], ids=["per-path", "per-path-wide", "generic"])
+@_edge_cts_cases
 def test_product_edge_cotangents_in_one_call_equal_each_mode_alone(dtype, irreps, monkeypatch):
   # tensor_product() differentiated for y and w (an unfused layer's edge harmonics and weights):
   # one call (jaxext_tensor_product_edge_cts) makes both cotangents; they must be the bits of

@@ -160,19 +160,6 @@ constexpr const char* kEdgeCtsOp = "jaxext equivariant.conv (edge cotangents)";
       ffi::Span<const int64_t> cg_k, ffi::Span<const double> cg_v, int64_t n_paths,          \
       int64_t n_entries, ffi::Span<const int64_t> x_terms, ffi::Span<const int64_t> out_terms
 
-template <typename T>
-ffi::Error EdgeCtsTyped(JAXEXT_CONV_EDGE_CTS_PARAMS, const TpAttrs& attrs) {
-  TpGraph g;
-  int64_t rows[4];
-  if (ffi::Error err = DecodeGraph(senders, receivers, by_recv, recv_ranges, by_send, send_ranges,
-                                   kEdgeCtsOp, &g, rows);
-      err.failure()) {
-    return err;
-  }
-  return RunTpEdgeCts<T>(stream, attrs, x, y, w, ct, *dy, *dw, rows, g, kEdgeCtsOp,
-                         "the graph and irreps");
-}
-
 ffi::Error EdgeCtsImpl(JAXEXT_CONV_EDGE_CTS_PARAMS) {
   TpAttrs attrs;
   if (ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
@@ -180,32 +167,21 @@ ffi::Error EdgeCtsImpl(JAXEXT_CONV_EDGE_CTS_PARAMS) {
       err.failure()) {
     return err;
   }
-  if (dy->element_type() != dw->element_type()) {
-    return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": the results' dtypes differ");
+  TpGraph g;
+  int64_t rows[4];
+  if (ffi::Error err = DecodeGraph(senders, receivers, by_recv, recv_ranges, by_send, send_ranges,
+                                   kEdgeCtsOp, &g, rows);
+      err.failure()) {
+    return err;
   }
-  switch (dy->element_type()) {
-    case ffi::DataType::F32:
-      return EdgeCtsTyped<float>(stream, x, y, w, ct, senders, receivers, by_recv, recv_ranges,
-                                 by_send, send_ranges, dy, dw, mode, dims, paths, cg_i, cg_j,
-                                 cg_k, cg_v, n_paths, n_entries, x_terms, out_terms, attrs);
-    case ffi::DataType::F64:
-      return EdgeCtsTyped<double>(stream, x, y, w, ct, senders, receivers, by_recv, recv_ranges,
-                                  by_send, send_ranges, dy, dw, mode, dims, paths, cg_i, cg_j,
-                                  cg_k, cg_v, n_paths, n_entries, x_terms, out_terms, attrs);
-    default:
-      return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": float32 or float64 only");
-  }
+  return RunTpEdgeCts(stream, attrs, x, y, w, ct, *dy, *dw, rows, g, kEdgeCtsOp,
+                      "the graph and irreps");
 }
 
 // Copies the tables to the device before any graph capture.
 ffi::Error EdgeCtsInitializeImpl(JAXEXT_CONV_EDGE_CTS_PARAMS) {
-  TpAttrs attrs;
-  if (ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
-                                          n_entries, x_terms, out_terms, kEdgeCtsOp, &attrs);
-      err.failure()) {
-    return err;
-  }
-  return PrepareTables(attrs, dy->element_type(), kEdgeCtsOp);
+  return PrepareEdgeCtsTables(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths, n_entries,
+                              x_terms, out_terms, dy->element_type(), kEdgeCtsOp);
 }
 
 #undef JAXEXT_CONV_EDGE_CTS_PARAMS

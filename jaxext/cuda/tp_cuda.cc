@@ -243,32 +243,16 @@ ffi::Error EdgeCtsImpl(JAXEXT_TP_EDGE_CTS_PARAMS) {
       err.failure()) {
     return err;
   }
-  if (dy->element_type() != dw->element_type()) {
-    return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": the results' dtypes differ");
-  }
   const int64_t n = dy->dimensions().size() >= 1 ? dy->dimensions()[0] : 0;
   const int64_t rows[4] = {n, n, n, n};
-  switch (dy->element_type()) {
-    case ffi::DataType::F32:
-      return RunTpEdgeCts<float>(stream, attrs, x, y, w, ct, *dy, *dw, rows, TpGraph{},
-                                 kEdgeCtsOp, "the irreps");
-    case ffi::DataType::F64:
-      return RunTpEdgeCts<double>(stream, attrs, x, y, w, ct, *dy, *dw, rows, TpGraph{},
-                                  kEdgeCtsOp, "the irreps");
-    default:
-      return ffi::Error::InvalidArgument(std::string(kEdgeCtsOp) + ": float32 or float64 only");
-  }
+  return RunTpEdgeCts(stream, attrs, x, y, w, ct, *dy, *dw, rows, TpGraph{}, kEdgeCtsOp,
+                      "the irreps");
 }
 
 // Copies the tables to the device before any graph capture.
 ffi::Error EdgeCtsInitializeImpl(JAXEXT_TP_EDGE_CTS_PARAMS) {
-  TpAttrs attrs;
-  if (ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
-                                          n_entries, x_terms, out_terms, kEdgeCtsOp, &attrs);
-      err.failure()) {
-    return err;
-  }
-  return PrepareTables(attrs, dy->element_type(), kEdgeCtsOp);
+  return PrepareEdgeCtsTables(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths, n_entries,
+                              x_terms, out_terms, dy->element_type(), kEdgeCtsOp);
 }
 
 #undef JAXEXT_TP_EDGE_CTS_PARAMS

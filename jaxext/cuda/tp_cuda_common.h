@@ -89,11 +89,12 @@ inline xla::ffi::Error DecodeEdgeCtsAttrs(
 // four slots' rows (a product's: all the same; a convolution's: senders, edges, edges,
 // receivers); g: the convolution's graph, or none.
 template <typename T>
-xla::ffi::Error RunTpEdgeCts(cudaStream_t stream, const TpAttrs& attrs, xla::ffi::AnyBuffer& x,
-                             xla::ffi::AnyBuffer& y, xla::ffi::AnyBuffer& w,
-                             xla::ffi::AnyBuffer& ct, xla::ffi::AnyBuffer& dy,
-                             xla::ffi::AnyBuffer& dw, const int64_t rows[4], const TpGraph& g,
-                             const char* op, const char* what) {
+xla::ffi::Error RunTpEdgeCtsTyped(cudaStream_t stream, const TpAttrs& attrs,
+                                  xla::ffi::AnyBuffer& x, xla::ffi::AnyBuffer& y,
+                                  xla::ffi::AnyBuffer& w, xla::ffi::AnyBuffer& ct,
+                                  xla::ffi::AnyBuffer& dy, xla::ffi::AnyBuffer& dw,
+                                  const int64_t rows[4], const TpGraph& g, const char* op,
+                                  const char* what) {
   // y's cotangent from (x, w, ct); w's from (x, y, ct).
   TpOperands<T> ops{};
   xla::ffi::AnyBuffer* const y_operands[3] = {&x, &w, &ct};
@@ -117,6 +118,42 @@ xla::ffi::Error RunTpEdgeCts(cudaStream_t stream, const TpAttrs& attrs, xla::ffi
   if (xla::ffi::Error err = CheckTables(*tables, ops.dims, op); err.failure()) return err;
   return LaunchStatus(op, LaunchTpEdgeCts<T>(stream, *tables, w_slots[tp::kY], ops,
                                              dw.typed_data<T>(), g));
+}
+
+// RunTpEdgeCtsTyped in the results' dtype (both float32 or both float64).
+inline xla::ffi::Error RunTpEdgeCts(cudaStream_t stream, const TpAttrs& attrs,
+                                    xla::ffi::AnyBuffer& x, xla::ffi::AnyBuffer& y,
+                                    xla::ffi::AnyBuffer& w, xla::ffi::AnyBuffer& ct,
+                                    xla::ffi::AnyBuffer& dy, xla::ffi::AnyBuffer& dw,
+                                    const int64_t rows[4], const TpGraph& g, const char* op,
+                                    const char* what) {
+  if (dy.element_type() != dw.element_type()) {
+    return xla::ffi::Error::InvalidArgument(std::string(op) + ": the results' dtypes differ");
+  }
+  switch (dy.element_type()) {
+    case xla::ffi::DataType::F32:
+      return RunTpEdgeCtsTyped<float>(stream, attrs, x, y, w, ct, dy, dw, rows, g, op, what);
+    case xla::ffi::DataType::F64:
+      return RunTpEdgeCtsTyped<double>(stream, attrs, x, y, w, ct, dy, dw, rows, g, op, what);
+    default:
+      return xla::ffi::Error::InvalidArgument(std::string(op) + ": float32 or float64 only");
+  }
+}
+
+// The initialize stage of both edge cotangents' handlers: their tables on the device.
+inline xla::ffi::Error PrepareEdgeCtsTables(
+    int64_t mode, xla::ffi::Span<const int64_t> dims, xla::ffi::Span<const int64_t> paths,
+    xla::ffi::Span<const int64_t> cg_i, xla::ffi::Span<const int64_t> cg_j,
+    xla::ffi::Span<const int64_t> cg_k, xla::ffi::Span<const double> cg_v, int64_t n_paths,
+    int64_t n_entries, xla::ffi::Span<const int64_t> x_terms,
+    xla::ffi::Span<const int64_t> out_terms, xla::ffi::DataType dtype, const char* op) {
+  TpAttrs attrs;
+  if (xla::ffi::Error err = DecodeEdgeCtsAttrs(mode, dims, paths, cg_i, cg_j, cg_k, cg_v, n_paths,
+                                               n_entries, x_terms, out_terms, op, &attrs);
+      err.failure()) {
+    return err;
+  }
+  return PrepareTables(attrs, dtype, op);
 }
 
 }  // namespace cuda

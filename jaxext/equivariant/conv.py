@@ -35,6 +35,7 @@ from jaxext.equivariant.tensor_product import (OUT, W, X, Y, _inputs, _spec, che
                                                register_trilinear_rules, unwrap_operands,
                                                weight_scale)
 from jaxext.equivariant.tensor_product import composite_jvp as _composite_jvp
+from jaxext.equivariant.tensor_product import lin_transpose_rule, tangent_jvp
 from jaxext.equivariant.tensor_product import present as _present
 
 __all__ = ["conv", "conv_p"]
@@ -538,14 +539,7 @@ def _bwd_lowering(ctx, *args, which, key, platform):
 
 def _result_jvp(bind, primals, tangents, key):
   """The JVP of conv()'s result (`bind` of its floats and graph): the primal and _conv_lin_p."""
-  n = len(primals) - _GRAPH_OPERANDS
-  floats, graph = primals[:n], primals[n:]
-  which = tuple(not compat.is_zero_tangent(t) for t in tangents[:n])
-  out = bind(*primals)
-  if not any(which):
-    return out, jnp.zeros_like(out)
-  present = [t for t, p in zip(tangents[:n], which) if p]
-  return out, _conv_lin_p.bind(*floats, *present, *graph, which=which, key=key)
+  return tangent_jvp(bind, _conv_lin_p, primals, tangents, len(primals) - _GRAPH_OPERANDS, key)
 
 
 def _factored_jvp(primals, tangents, *, key):
@@ -559,21 +553,6 @@ def _built_jvp(primals, tangents, *, mode, key):
     return _trilinear_jvps[_conv_built_p](primals, tangents, mode=mode, key=key)
   return _result_jvp(lambda *p: _conv_built_p.bind(*p, mode=OUT, key=key), primals, tangents,
                      key)
-
-
-def _lin_transpose(ct, *args, which, key):
-  n, m = len(which), sum(which)
-  floats, tangents, graph = args[:n], args[n:n + m], args[n + m:]
-  if any(compat.is_undefined_primal(v) for v in (*floats, *graph)):
-    raise NotImplementedError("conv_lin_p is linear in its tangents only")
-  if compat.is_zero_tangent(ct):
-    return [None] * len(args)
-  spread = _present(tangents, which)
-  need = [t is not None and compat.is_undefined_primal(t) for t in spread]
-  cts = [None] * n
-  if any(need):
-    cts = _present(_conv_bwd_p.bind(*floats, ct, *graph, which=tuple(need), key=key), need)
-  return [None] * n + [c for c, present in zip(cts, which) if present] + [None] * len(graph)
 
 
 _conv_factored_p.def_abstract_eval(_factored_abstract_eval)
@@ -591,6 +570,6 @@ compat.register_jvp(_conv_factored_p, _factored_jvp)
 compat.register_jvp(_conv_lin_p,
                     _composite_jvp(_lin_composite, lambda p: len(p["which"]) + sum(p["which"])))
 compat.register_jvp(_conv_bwd_p, _composite_jvp(_bwd_composite, lambda p: len(p["which"]) + 1))
-compat.register_transpose(_conv_lin_p, _lin_transpose)
+compat.register_transpose(_conv_lin_p, lin_transpose_rule(_conv_bwd_p, "conv_lin_p"))
 for _prim in (_conv_factored_p, _conv_lin_p, _conv_bwd_p):
   compat.register_batching(_prim, functools.partial(_batch, _prim))

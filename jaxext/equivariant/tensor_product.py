@@ -443,6 +443,39 @@ def composite_jvp(fn, n_float):
   return rule
 
 
+def tangent_jvp(bind, lin_prim, primals, tangents, n, key):
+  """The JVP of a result whose first n operands are its floats (the rest constants: a graph):
+  the primal (`bind` of all operands) and `lin_prim` of the floats, the tangents present (`which`
+  their flags) and the constants."""
+  floats, rest = primals[:n], primals[n:]
+  which = tuple(not compat.is_zero_tangent(t) for t in tangents[:n])
+  out = bind(*primals)
+  if not any(which):
+    return out, jnp.zeros_like(out)
+  here = [t for t, p in zip(tangents[:n], which) if p]
+  return out, lin_prim.bind(*floats, *here, *rest, which=which, key=key)
+
+
+def lin_transpose_rule(bwd_prim, name):
+  """The transpose of a tangent primitive (operands: the floats, the tangents present, the
+  constants): `bwd_prim` of the floats, the cotangent and the constants, asked for the tangents
+  being transposed."""
+  def transpose(ct, *args, which, key):
+    n, m = len(which), sum(which)
+    floats, tangents, rest = args[:n], args[n:n + m], args[n + m:]
+    if any(compat.is_undefined_primal(v) for v in (*floats, *rest)):
+      raise NotImplementedError(f"{name} is linear in its tangents only")
+    if compat.is_zero_tangent(ct):
+      return [None] * len(args)
+    need = tuple(t is not None and compat.is_undefined_primal(t)
+                 for t in present(tangents, which))
+    cts = [None] * n
+    if any(need):
+      cts = present(bwd_prim.bind(*floats, ct, *rest, which=need, key=key), need)
+    return [None] * n + [c for c, here in zip(cts, which) if here] + [None] * len(rest)
+  return transpose
+
+
 # The product's own derivatives (tp_p in mode OUT, as tensor_product() binds it), as conv()'s:
 # the JVP is the primal and _tp_lin_p (linear in the tangents present, together), whose transpose
 # is _tp_bwd_p, every cotangent asked for from one primitive, so that a platform can make some
@@ -559,27 +592,8 @@ def _result_jvp(primals, tangents, *, mode, key):
   """tp_p's JVP: in mode OUT the primal and _tp_lin_p, in the other modes trilinear."""
   if mode != OUT:
     return _trilinear_jvp(primals, tangents, mode=mode, key=key)
-  which = tuple(not compat.is_zero_tangent(t) for t in tangents)
-  out = tp_p.bind(*primals, mode=mode, key=key)
-  if not any(which):
-    return out, jnp.zeros_like(out)
-  here = [t for t, p in zip(tangents, which) if p]
-  return out, _tp_lin_p.bind(*primals, *here, which=which, key=key)
-
-
-def _lin_transpose(ct, *args, which, key):
-  floats, tangents = args[:3], args[3:]
-  if any(compat.is_undefined_primal(v) for v in floats):
-    raise NotImplementedError("tp_lin_p is linear in its tangents only")
-  if compat.is_zero_tangent(ct):
-    return [None] * len(args)
-  spread = present(tangents, which)
-  need = tuple(t is not None and compat.is_undefined_primal(t) for t in spread)
-  cts = [None] * 3
-  if any(need):
-    cts = present(_tp_bwd_p.bind(*floats, compat.instantiate_zeros(ct), which=need, key=key),
-                  need)
-  return [None] * 3 + [c for c, here in zip(cts, which) if here]
+  return tangent_jvp(lambda *p: tp_p.bind(*p, mode=OUT, key=key), _tp_lin_p, primals, tangents,
+                     3, key)
 
 
 _tp_lin_p.def_abstract_eval(_lin_abstract_eval)
@@ -597,4 +611,4 @@ compat.register_lowering(_tp_edge_cts_p, _edge_cts_lowering, "cuda", partitioned
 compat.register_jvp(tp_p, _result_jvp)
 compat.register_jvp(_tp_lin_p, composite_jvp(_lin_composite, lambda p: 3 + sum(p["which"])))
 compat.register_jvp(_tp_bwd_p, composite_jvp(_bwd_composite, 4))
-compat.register_transpose(_tp_lin_p, _lin_transpose)
+compat.register_transpose(_tp_lin_p, lin_transpose_rule(_tp_bwd_p, "tp_lin_p"))
