@@ -16,6 +16,12 @@ through `jax.interpreters` (its rule registries and a few helpers) is wrapped he
                                               unmapped), written with jax.numpy
 * `is_zero_tangent(t)`, `instantiate_zeros(t)`   symbolic-zero tangents in JVP rules
 * `source_line(eqn)`                          the user's line that made a jaxpr equation
+* `evaluating_now()`                          a context in which binding a primitive on concrete
+                                              values computes it, whatever trace surrounds the
+                                              caller (core.eval_context)
+* `Primitive`                                 jax.extend.core.Primitive whose operands and results
+                                              carry the manual mesh axes they vary over inside
+                                              jax.shard_map (its check_vma=True typing)
 
 Supported: jax 0.10.0 (the FFI floor) through 0.12.x; `tests/compat_test.py` checks the gates.
 """
@@ -26,13 +32,15 @@ import os
 import re
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 from jax.interpreters import ad, batching, mlir
 
 __all__ = [
-    "JAX_VERSION", "NOT_MAPPED", "batch_axis_to_front", "batch_size", "instantiate_zeros", "is_mapped",
-    "is_undefined_primal", "is_zero_tangent", "register_batching", "register_jvp",
-    "register_lowering", "register_transpose", "source_line", "undefined_primal_aval",
+    "JAX_VERSION", "NOT_MAPPED", "Primitive", "batch_axis_to_front", "batch_size",
+    "evaluating_now", "instantiate_zeros", "is_mapped", "is_undefined_primal", "is_zero_tangent",
+    "register_batching", "register_jvp", "register_lowering", "register_transpose", "source_line",
+    "undefined_primal_aval", "varying_axes",
 ]
 
 
@@ -142,6 +150,14 @@ def instantiate_zeros(t):
   return ad.instantiate_zeros(t)
 
 
+def evaluating_now():
+  """A context manager: primitives bound on concrete values inside it are computed there and then,
+  even when the caller runs under a transformation's trace (constant folding while jax
+  differentiates a jax.shard_map body, whose eager trace would otherwise take the values)."""
+  from jax._src import core  # noqa: PLC0415 - no public equivalent (0.10 .. 0.12)
+  return core.eval_context()
+
+
 def source_line(eqn) -> str:
   """' (at file:line (function))': the user code that made a jaxpr equation, for error messages;
   '' where jax cannot say. jax.extend.source_info_util.summarize is public from jax 0.4.36; the
@@ -154,3 +170,67 @@ def source_line(eqn) -> str:
   except Exception:  # noqa: BLE001 - only an error message's detail is lost
     return ""
   return f" (at {where})" if where else ""
+
+
+# Inside jax.shard_map with check_vma=True (jax's default) every value's type records the manual
+# mesh axes it varies over (its "vma": jax.typeof(x).mat.varying in jax 0.10 .. 0.12), and
+# differentiation checks that each cotangent varies exactly as its primal does: the transpose of
+# jax.lax.pcast(x, axes, to="varying") (invariant -> varying) is the psum that makes a replicated
+# operand's gradient whole. jax's own primitives cast their operands to one vma before binding
+# and give their results that vma; a jax.extend Primitive does neither by itself, so its results
+# would be typed invariant whatever its operands, and grad inside shard_map would fail ("Expected
+# cotangent type float64[16]{V:x} but got float64[16]"). jaxext's primitives are made by the
+# class below, which does both. Outside shard_map (or with check_vma=False) no value varies and
+# it changes nothing.
+
+
+def varying_axes(aval) -> frozenset:
+  """The manual mesh axes an abstract value varies over (empty outside shard_map)."""
+  mat = getattr(aval, "mat", None)  # jax 0.10 .. 0.12; should it move, nothing varies (as before)
+  return frozenset(mat.varying) if mat is not None else frozenset()
+
+
+def _match_varying(args):
+  """`args` with each array cast (jax.lax.pcast, to="varying") to vary over every axis any of them
+  varies over, as jax's own n-ary primitives do before binding."""
+  avals = [jax.typeof(a) if isinstance(a, (jax.Array, jax.core.Tracer)) else None for a in args]
+  union = frozenset().union(*(varying_axes(a) for a in avals if a is not None))
+  if not union:
+    return args
+  out = []
+  for a, aval in zip(args, avals):
+    missing = union - varying_axes(aval) if aval is not None else frozenset()
+    out.append(jax.lax.pcast(a, tuple(sorted(missing, key=str)), to="varying") if missing else a)
+  return out
+
+
+def _with_varying(aval, like, axes: frozenset):
+  """`aval` (a result of no vma) varying over `axes`, on the mesh of the operand `like`."""
+  if not isinstance(aval, jax.core.ShapedArray) or varying_axes(aval) == axes:
+    return aval
+  from jax.sharding import PartitionSpec  # noqa: PLC0415
+  sharding = like.sharding.update(spec=PartitionSpec(*([None] * len(aval.shape))))
+  mat = like.mat.update(varying=axes, unreduced=frozenset(), reduced=frozenset())
+  return like.update(shape=aval.shape, dtype=aval.dtype, weak_type=aval.weak_type,
+                     sharding=sharding, manual_axis_type=mat)
+
+
+class Primitive(jax.extend.core.Primitive):
+  """A jax.extend.core.Primitive typed for jax.shard_map's check_vma: `bind` casts the operands
+  to vary over the same manual axes, and the abstract evaluation rule's results vary over them."""
+
+  def bind(self, *args, **params):
+    return super().bind(*_match_varying(args), **params)
+
+  def def_abstract_eval(self, abstract_eval):
+    def typed(*avals, **params):
+      out = abstract_eval(*avals, **params)
+      shaped = [a for a in avals if isinstance(a, jax.core.ShapedArray)]
+      axes = frozenset().union(*(varying_axes(a) for a in shaped))
+      if not axes:
+        return out
+      like = max(shaped, key=lambda a: len(varying_axes(a)))  # bind made them all vary alike
+      if self.multiple_results:
+        return [_with_varying(r, like, axes) for r in out]
+      return _with_varying(out, like, axes)
+    return super().def_abstract_eval(typed)

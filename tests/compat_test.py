@@ -108,3 +108,44 @@ def test_every_op_is_vmappable():
   b = jnp.linspace(0, 1.2, 6).reshape(2, 3)
   f = jax.vmap(jaxext.limb_dark_flux, in_axes=(0, None, None))(b, 0.1, jnp.array([0.4, 0.2]))
   np.testing.assert_array_equal(f, jaxext.limb_dark_flux(b, 0.1, jnp.array([0.4, 0.2])))
+
+
+def test_shard_map_sees_results_vary_as_their_operands():
+  """compat.varying_axes reads jax's record of the manual axes a value varies over, and
+  compat.Primitive keeps it: a result of a block varies, one of replicated operands does not (a
+  jax that moves the record fails here; //tests:sharding_test has the gradients)."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("i",))
+  P = jax.sharding.PartitionSpec
+  axes = {}
+
+  def body(m, e):
+    s_block, _ = jaxext.kepler(m, e)
+    s_whole, _ = jaxext.kepler(e, e)
+    axes.update(m=compat.varying_axes(jax.typeof(m)), e=compat.varying_axes(jax.typeof(e)),
+                block=compat.varying_axes(jax.typeof(s_block)),
+                whole=compat.varying_axes(jax.typeof(s_whole)))
+    return s_block
+
+  m = jnp.linspace(0.0, 6.0, 8)
+  run = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"),
+                              check_vma=True))
+  np.testing.assert_array_equal(run(m, jnp.full(8, 0.3)), jaxext.kepler(m, 0.3)[0])
+  assert axes == {"m": {"i"}, "e": set(), "block": {"i"}, "whole": set()}
+
+
+def test_every_primitive_is_typed_for_shard_map():
+  """Every primitive jaxext defines is a compat.Primitive (a plain jax.extend one would type its
+  results invariant inside shard_map and break gradients there)."""
+  import importlib  # noqa: PLC0415
+  import pkgutil  # noqa: PLC0415
+  found = {}
+  for info in pkgutil.walk_packages(jaxext.__path__, "jaxext."):
+    try:
+      module = importlib.import_module(info.name)
+    except ImportError:  # an optional dependency's module (numba-cuda)
+      continue
+    for value in vars(module).values():
+      if isinstance(value, Primitive):
+        found[value.name] = isinstance(value, compat.Primitive)
+  assert len(found) >= 15, sorted(found)
+  assert all(found.values()), sorted(name for name, ok in found.items() if not ok)

@@ -1,8 +1,10 @@
 """Every op under jit sharding on 4 host devices: results equal the unsharded ones, the compiled
 HLO has no all-gather or all-to-all (each device computes its own shard), and outputs keep the
 input sharding; under vmap and grad too. A control checks that the HLO detector sees the
-all-gather of a computation that does need one."""
+all-gather of a computation that does need one. Inside jax.shard_map (check_vma=True): every op
+family's values and gradients, in and around the differentiation, equal the unsharded ones."""
 
+import functools
 import os
 import re
 
@@ -306,3 +308,130 @@ def test_tensor_product_and_its_gradients_split_rows(mesh1, dtype):
     for g, want in zip(got, jax.jit(grad)(x, y, w, ct)):
       np.testing.assert_array_equal(np.asarray(g), np.asarray(want))
       assert g.sharding.is_equivalent_to(sh, 2)
+
+
+# --- Inside jax.shard_map, with jax's default check_vma=True ---------------------------------------
+# There every value's type says which manual mesh axes it varies over, and differentiation checks
+# that a cotangent varies as its primal does. jaxext's primitives type their results as varying
+# over their operands' axes (jaxext/_jax_compat.py: Primitive): each shard's gradients are its own
+# and a replicated operand's gradient is whole (the transpose of jax's invariant-to-varying cast
+# is the psum), the unsharded gradients; a result typed invariant would fail the check (before:
+# "Expected cotangent type float64[16]{V:x} but got float64[16]").
+
+def _sum_outputs(out):
+  return sum(jnp.sum(o) for o in jax.tree.leaves(out))
+
+
+def _check_in_shard_map(mesh, fn, args, in_specs, *, reduce=False, eager=False, rtol=1e-12):
+  """fn's results and the gradient of their sum with respect to every float operand, computed in
+  shard_map (row blocks P("x"); P() operands replicated) inside and outside the differentiation,
+  equal the unsharded ones. reduce: fn's rows are partial sums over the shard's rows (a segment
+  sum over its edges), added up with a psum."""
+  body = (lambda *a: jax.lax.psum(fn(*a), "x")) if reduce else fn
+  out_spec = P() if reduce else P("x")
+  floats = tuple(i for i, a in enumerate(args) if np.issubdtype(np.asarray(a).dtype, np.floating))
+  specs = tuple(in_specs[i] for i in floats)
+  sm = lambda f, outs: jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=outs,
+                                     check_vma=True)
+  run = (lambda f: f) if eager else jax.jit
+  close = lambda got, want: [np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol,
+                                                        atol=rtol)
+                             for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want))]
+  close(run(sm(body, out_spec))(*args), fn(*args))
+  want = jax.grad(lambda *a: _sum_outputs(fn(*a)), argnums=floats)(*args)
+  assert all(np.abs(np.asarray(w)).max() > 0 for w in want)
+  inside = jax.grad(lambda *a: _sum_outputs(fn(*a)), argnums=floats)
+  close(run(sm(inside, specs))(*args), want)
+  outside = jax.grad(lambda *a: _sum_outputs(sm(body, out_spec)(*a)), argnums=floats)
+  close(run(outside)(*args), want)
+
+
+def test_shard_map_results_vary_as_their_operands(mesh1):
+  # A result computed from a shard varies over the mesh axis: check_vma refuses to return it as
+  # replicated (out_specs=P()), which would silently keep the first device's block; one of
+  # replicated operands is replicated and may be.
+  m = np.linspace(0.0, 6.0, 64)
+  sm = lambda f, i, o: jax.jit(jax.shard_map(f, mesh=mesh1, in_specs=i, out_specs=o,
+                                             check_vma=True))
+  with pytest.raises(ValueError, match="out_specs"):
+    sm(lambda m: jaxext.kepler(m, 0.3)[0], P("x"), P())(m)
+  np.testing.assert_array_equal(np.asarray(sm(lambda m: jaxext.kepler(m, 0.3)[0], P(), P())(m)),
+                                np.asarray(jaxext.kepler(m, 0.3)[0]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_shard_map_kepler_and_light_curves(mesh1, dtype):
+  rng = np.random.default_rng(11)
+  rtol = 1e-5 if dtype == np.float32 else 1e-12
+  m = rng.uniform(0, 6, 64).astype(dtype)
+  e = np.array([0.4], dtype)  # one eccentricity, replicated: its gradient sums every device's
+  _check_in_shard_map(mesh1, jaxext.kepler, (m, e), (P("x"), P()), rtol=rtol)
+  b, r = rng.uniform(0, 1.2, 64).astype(dtype), rng.uniform(0.05, 0.2, 64).astype(dtype)
+  u = np.array([0.4, 0.26], dtype)
+  _check_in_shard_map(mesh1, jaxext.limb_dark_flux, (b, r, u), (P("x"), P("x"), P()), rtol=rtol)
+  t = np.linspace(-0.2, 0.2, 64).astype(dtype)
+  curve = lambda t, r: jaxext.transit_light_curve(t, period=3.0, t0=0.0, a=10.0, impact=0.3, r=r,
+                                                  u=u)
+  _check_in_shard_map(mesh1, curve, (t, np.asarray(0.1, dtype)), (P("x"), P()), rtol=rtol)
+  # second derivatives under vmap, per shard
+  d2 = jax.vmap(jax.grad(jax.grad(lambda m, e: jaxext.kepler(m, e)[0])), (0, None))
+  got = jax.jit(jax.shard_map(d2, mesh=mesh1, in_specs=(P("x"), P()), out_specs=P("x"),
+                              check_vma=True))(m, e[0])
+  np.testing.assert_allclose(np.asarray(got), np.asarray(d2(m, e[0])), rtol=rtol)
+
+
+@jaxext.numba_kernel(outputs=like, vmap="elementwise")
+def _cube(x, out):
+  for i in range(x.shape[0]):
+    out[i] = x[i] * x[i] * x[i]
+
+
+@_cube.defjvp
+def _cube_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  return (_cube(x),), (3 * x * x * t,)
+
+
+def test_shard_map_numba_kernel_and_dop853(mesh1):
+  from jaxext import ode
+  rng = np.random.default_rng(12)
+  _check_in_shard_map(mesh1, _cube, (rng.normal(size=64),), (P("x"),))
+  y0 = np.stack([rng.uniform(0.2, 1.0, 8), rng.uniform(-1, 1, 8)], axis=1)
+  damping = np.asarray(0.3)  # replicated args: its gradient sums every device's trajectories
+  oscillator = lambda t, y, c: jnp.stack([y[1], -y[0] - c * y[1]])
+  run = lambda y, c: ode.dop853(oscillator, y, (0.0, 2.0), args=c, t_eval=jnp.array([1.0, 2.0]),
+                                rtol=1e-11, atol=1e-11).ys
+  _check_in_shard_map(mesh1, run, (y0, damping), (P("x"), P()), rtol=1e-9)
+  # Unjitted: the eager shard_map's trace is current while the right-hand side's Jacobian is
+  # made for the sensitivities (its constants folded outside it)
+  _check_in_shard_map(mesh1, run, (y0, damping), (P("x"), P()), eager=True, rtol=1e-9)
+
+
+@pytest.mark.parametrize("case", ["spherical_harmonics", "tensor_product", "segment_sum",
+                                  "gather", "conv"])
+def test_shard_map_equivariant_edges_split(mesh1, case):
+  # A graph's edges split over the devices, its node features replicated (the usual way to
+  # spread a message-passing layer): each device's messages summed into the nodes, then a psum.
+  from jaxext import equivariant as eq
+  rng = np.random.default_rng(13)
+  ix, iy, io = "4x0e+4x1o+2x2e", "0e+1o+2e", "4x0e+4x1o+2x2e"
+  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  nodes, edges = 8, 64
+  x = rng.normal(size=(nodes, 26))
+  y, w = rng.normal(size=(edges, 9)), rng.normal(size=(edges, nw))
+  senders, receivers = rng.integers(0, nodes, edges), rng.integers(0, nodes, edges)
+  e, n = P("x"), P()
+  check = functools.partial(_check_in_shard_map, mesh1)
+  if case == "spherical_harmonics":
+    check(lambda v: eq.spherical_harmonics(range(4), v, normalize=True),
+          (rng.normal(size=(edges, 3)),), (e,))
+  elif case == "tensor_product":  # per-edge rows, one weight vector shared (replicated)
+    check(lambda a, b, c: eq.tensor_product(a, b, c, ix, iy, io),
+          (rng.normal(size=(edges, 26)), y, w[0]), (e, e, n))
+  elif case == "segment_sum":
+    check(lambda d, s: eq.segment_sum(d, s, nodes), (w, receivers), (e, e), reduce=True)
+  elif case == "gather":
+    check(eq.gather, (x, senders), (n, e))
+  else:
+    check(lambda a, b, c, s, r: eq.conv(a, b, c, s, r, nodes, ix, iy, io),
+          (x, y, w, senders, receivers), (n, e, e, e, e), reduce=True)

@@ -33,7 +33,7 @@ from typing import overload
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Primitive
+from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager

@@ -750,7 +750,7 @@ def _iota(shape):
 def _gather(w, eqn, x, indices):
   (idx,) = _const_indices(w, [indices], "indexing (a gather)")
   p = eqn.params
-  with jax.ensure_compile_time_eval():
+  with compat.evaluating_now(), jax.ensure_compile_time_eval():
     where = np.asarray(jax.lax.gather(
         _iota(x.shape), jnp.asarray(idx, eqn.invars[1].aval.dtype), p["dimension_numbers"],
         p["slice_sizes"], indices_are_sorted=p["indices_are_sorted"],
@@ -771,10 +771,10 @@ def _scatter(kind):
     (idx,) = _const_indices(w, [indices], "an indexed update (a scatter)")
     dtype = np.dtype(eqn.outvars[0].aval.dtype)
     m = updates.size
-    onehots = jnp.eye(m, dtype=jnp.int32).reshape((m,) + updates.shape)
-    zeros = jnp.zeros(x.shape, jnp.int32)
     p = eqn.params
-    with jax.ensure_compile_time_eval():
+    with compat.evaluating_now(), jax.ensure_compile_time_eval():
+      onehots = jnp.eye(m, dtype=jnp.int32).reshape((m,) + updates.shape)
+      zeros = jnp.zeros(x.shape, jnp.int32)
       hits = np.asarray(jax.vmap(lambda u: jax.lax.scatter_add(
           zeros, jnp.asarray(idx, eqn.invars[1].aval.dtype), u, p["dimension_numbers"],
           indices_are_sorted=p["indices_are_sorted"], unique_indices=p["unique_indices"],
@@ -1140,7 +1140,9 @@ _COMPLEX_RULES["add_any"] = _COMPLEX_RULES["add"]
 
 
 def _fold_eqn(eqn, ins):
-  with jax.ensure_compile_time_eval():
+  # Computed here and now, on constants, whatever trace the caller is under (an eager shard_map's
+  # would otherwise take the bind and run it per device).
+  with compat.evaluating_now(), jax.ensure_compile_time_eval():
     args = [jnp.asarray(np.asarray([_as_number(v) for v in a.flat],
                                    dtype=v_.aval.dtype).reshape(a.shape))
             for a, v_ in zip(ins, eqn.invars)]

@@ -20,7 +20,7 @@ import functools
 
 import jax
 import numba
-from jax.extend.core import Primitive
+from jaxext._jax_compat import Primitive
 
 from jaxext import _eager
 from jaxext import _jax_compat as compat
