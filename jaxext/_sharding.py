@@ -6,8 +6,10 @@ call through `jax.experimental.custom_partitioning` with a Shardy sharding rule 
 per-operand list of *factors*: one name per dimension, equal names for dimensions that must be
 split alike (the op is independent along them), and `None` (or a name starting with "_", to tie
 several such dimensions together) for a dimension that must stay whole (e.g. the limb-darkening
-coefficients). The partitioner then keeps the operands' shardings along those factors and runs the same FFI call on each device's shard; `per_shard` computes the result
-types from the shard's shapes.
+coefficients). Each factor is split along the mesh axes the partitioner chose for it, every
+operand and result alike (an operand that came otherwise, e.g. replicated beside a split one, is
+resharded: a local slice), and the same FFI call runs on each device's blocks; `per_shard`
+computes the result types from the blocks' shapes.
 
 With one device (or inside shard_map) the call is lowered directly, with no wrapper. Only the
 Shardy partitioner (jax's default) is supported; GSPMD is deprecated in jax and raises there.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import jax
 from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxext import _jax_compat as compat
 
@@ -78,17 +81,34 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
     return tuple(per_shard(*xs))
 
   def partition(mesh, arg_shapes, result_shapes):
-    arg_shardings = tuple(a.sharding for a in arg_shapes)
-    result_shardings = tuple(r.sharding for r in result_shapes)
+    # The mesh axes each factor is split along: as the partitioner chose them for the results
+    # (it propagates the rule), else as an operand has them. Every operand and result is then
+    # given those same axes along its factors, and XLA reshards an operand that came otherwise
+    # (e.g. one replicated beside a split one: each device takes its slice). Handing the
+    # operands' own shardings back instead would run each device's call on mismatched blocks.
+    axes_of: dict[str, tuple] = {}
+    used: set = set()
+    for factors, shape in [*zip(results, result_shapes), *zip(operands, arg_shapes)]:
+      spec = tuple(shape.sharding.spec) + (None,) * (len(factors) - len(shape.sharding.spec))
+      for f, entry in zip(factors, spec):
+        if entry is None or _replicated(f) or f in axes_of:
+          continue
+        axes = tuple(entry) if isinstance(entry, tuple) else (entry,)
+        if used.isdisjoint(axes):  # a mesh axis splits one factor only
+          axes_of[f] = axes
+          used.update(axes)
+
+    def sharding(factors):
+      entries = []
+      for f in factors:
+        axes = None if _replicated(f) else axes_of.get(f)
+        entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+      return NamedSharding(mesh, PartitionSpec(*entries))
+
+    arg_shardings = tuple(sharding(f) for f in operands)
+    result_shardings = tuple(sharding(f) for f in results)
     if not sums:
       return mesh, run, result_shardings, arg_shardings
-    # Mesh axes along which each summed factor is split (read off the operands' shardings).
-    axes_of = {}
-    for factors, sharding in zip(operands, arg_shardings):
-      spec = tuple(sharding.spec) + (None,) * (len(factors) - len(sharding.spec))
-      for f, entry in zip(factors, spec):
-        if entry is not None and not _replicated(f):
-          axes_of.setdefault(f, tuple(entry) if isinstance(entry, tuple) else (entry,))
 
     def run_and_sum(*xs):
       outs = list(run(*xs))

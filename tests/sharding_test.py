@@ -310,6 +310,82 @@ def test_tensor_product_and_its_gradients_split_rows(mesh1, dtype):
       assert g.sharding.is_equivalent_to(sh, 2)
 
 
+
+# --- Operands sharded differently ------------------------------------------------------------------
+# A split operand beside a replicated one (or one split along other mesh axes): each device's call
+# must get matching blocks of every operand (XLA slices the replicated one locally; no collective).
+# Before, each call got the operands' blocks as they came: a runtime error (kepler: "all operands
+# and results must have the same number of elements"), a partitioner error, or for a Numba kernel
+# wrong values.
+
+@jaxext.numba_kernel(outputs=like, vmap="elementwise")
+def _axpy2(x, y, out):
+  for i in range(x.shape[0]):
+    out[i] = 2 * x[i] + y[i]
+
+
+@jaxext.numba_kernel(outputs=like, vmap="sequential")
+def _dot_prefix(x, y, out):
+  acc = x[0] - x[0]
+  for i in range(x.shape[0]):
+    acc += x[i] * y[i]
+    out[i] = acc
+
+
+def _mixed_cases():
+  from jaxext import equivariant as eq
+  from jaxext import ode
+  rng = np.random.default_rng(14)
+  m, e = rng.uniform(0, 6, 64), rng.uniform(0, 0.9, 64)
+  b, r = rng.uniform(0, 1.2, 64), rng.uniform(0.05, 0.2, 64)
+  u = jnp.array([0.4, 0.2])
+  t, periods = np.tile(np.linspace(-0.2, 0.2, 64), (4, 1)), np.array([[2.5], [3.0], [3.5], [4.0]])
+  curve = lambda t, p: jaxext.transit_light_curve(t, period=p, t0=0.0, a=10.0, impact=0.3, r=0.1,
+                                                  u=u)
+  ix, iy, io = "4x0e+4x1o", "0e+1o", "4x0e+4x1o"
+  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  x, y, w = rng.normal(size=(64, 16)), rng.normal(size=(64, 4)), rng.normal(size=(64, nw))
+  tp = lambda x, y, w: eq.tensor_product(x, y, w, ix, iy, io)
+  y0 = np.stack([rng.uniform(0.2, 1.0, 8), np.zeros(8)], axis=1)
+  decay = lambda y, c: ode.dop853(lambda t, y, c: -c[0] * y, y, (0.0, 1.0), args=c, args_axes=0,
+                                  rtol=1e-10, atol=1e-10).y_final
+  split, whole = P("x"), P()
+  grad = lambda f, n: jax.grad(lambda *a: _sum_outputs(f(*a)) ** 2, argnums=tuple(range(n)))
+  return {
+      "kepler": (jaxext.kepler, (m, e), (split, whole)),
+      "kepler_grad": (grad(jaxext.kepler, 2), (m, e), (whole, split)),
+      "limb_dark_flux": (lambda b, r: jaxext.limb_dark_flux(b, r, u), (b, r), (whole, split)),
+      "limb_dark_flux_grad": (grad(lambda b, r: jaxext.limb_dark_flux(b, r, u), 2), (b, r),
+                              (split, whole)),
+      "transit_light_curve": (curve, (t, periods), (split, whole)),
+      "transit_light_curve_grad": (grad(curve, 2), (t, periods), (split, whole)),
+      "tensor_product": (tp, (x, y, w), (split, whole, whole)),
+      "tensor_product_grad": (grad(tp, 3), (x, y, w), (whole, split, whole)),
+      "dop853": (decay, (y0, rng.uniform(0.5, 1.5, (8, 1))), (split, whole)),
+      "numba_elementwise": (_axpy2, (m, e), (split, whole)),
+      "numba_vmapped": (jax.vmap(_dot_prefix), (m.reshape(8, 8), e.reshape(8, 8)), (split, whole)),
+  }
+
+
+@pytest.mark.parametrize("case", list(_mixed_cases()))
+def test_split_beside_replicated_operands(mesh1, case):
+  fn, args, specs = _mixed_cases()[case]
+  got = _assert_local(fn, *(jax.device_put(a, NamedSharding(mesh1, s))
+                            for a, s in zip(args, specs)))
+  for g, want in zip(jax.tree.leaves(got), jax.tree.leaves(jax.jit(fn)(*args))):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-12, atol=1e-12)
+
+
+def test_operands_split_along_different_mesh_axes(mesh2):
+  # b split (a, b), r split the other way round (b, a): r is resharded to match, the values hold.
+  rng = np.random.default_rng(15)
+  b, r = rng.uniform(0, 1.2, (4, 64)), rng.uniform(0.05, 0.2, (4, 64))
+  f = lambda b, r: jaxext.limb_dark_flux(b, r, jnp.array([0.4, 0.2]))
+  got = jax.jit(f)(jax.device_put(b, NamedSharding(mesh2, P("a", "b"))),
+                   jax.device_put(r, NamedSharding(mesh2, P("b", "a"))))
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.jit(f)(b, r)))
+
+
 # --- Inside jax.shard_map, with jax's default check_vma=True ---------------------------------------
 # There every value's type says which manual mesh axes it varies over, and differentiation checks
 # that a cotangent varies as its primal does. jaxext's primitives type their results as varying
