@@ -21,7 +21,10 @@ through `jax.interpreters` (its rule registries and a few helpers) is wrapped he
                                               caller (core.eval_context)
 * `Primitive`                                 jax.extend.core.Primitive whose operands and results
                                               carry the manual mesh axes they vary over inside
-                                              jax.shard_map (its check_vma=True typing)
+                                              jax.shard_map (its check_vma=True typing), and
+                                              under explicit sharding the splits its factors give
+* `varying_axes(aval)`, `match_varying(args)`  those axes; operands cast to vary alike
+* `in_shard_map(ctx)`                         whether a lowering runs inside jax.shard_map
 
 Supported: jax 0.10.0 (the FFI floor) through 0.12.x; `tests/compat_test.py` checks the gates.
 """
@@ -38,9 +41,9 @@ from jax.interpreters import ad, batching, mlir
 
 __all__ = [
     "JAX_VERSION", "NOT_MAPPED", "Primitive", "batch_axis_to_front", "batch_size",
-    "evaluating_now", "instantiate_zeros", "is_mapped", "is_undefined_primal", "is_zero_tangent",
-    "register_batching", "register_jvp", "register_lowering", "register_transpose", "source_line",
-    "undefined_primal_aval", "varying_axes",
+    "evaluating_now", "in_shard_map", "instantiate_zeros", "is_mapped", "is_undefined_primal",
+    "is_zero_tangent", "match_varying", "register_batching", "register_jvp", "register_lowering",
+    "register_transpose", "source_line", "undefined_primal_aval", "varying_axes",
 ]
 
 
@@ -107,6 +110,15 @@ def _register_lowering(prim, rule, platform, partitioned):
   from jax._src import dispatch
   mlir.register_lowering(prim, rule, platform=platform, cacheable=False)
   dispatch.prim_requires_devices_during_lowering.add(prim)
+
+
+def in_shard_map(ctx) -> bool:
+  """Whether a lowering runs inside jax.shard_map (some mesh axes manual). custom_partitioning
+  lowers directly where every axis is manual, but where only some are (shard_map's axis_names) it
+  hands its callbacks shardings without a mesh (jax 0.10 .. 0.12): jaxext then lowers directly."""
+  from jax._src import sharding_impls  # noqa: PLC0415 - no public equivalent
+  context = ctx.module_context.axis_context
+  return isinstance(context, sharding_impls.SPMDAxisContext) and bool(context.manual_axes)
 
 
 def lower_fun(fun, multiple_results: bool):
@@ -190,7 +202,7 @@ def varying_axes(aval) -> frozenset:
   return frozenset(mat.varying) if mat is not None else frozenset()
 
 
-def _match_varying(args):
+def match_varying(args):
   """`args` with each array cast (jax.lax.pcast, to="varying") to vary over every axis any of them
   varies over, as jax's own n-ary primitives do before binding."""
   avals = [jax.typeof(a) if isinstance(a, (jax.Array, jax.core.Tracer)) else None for a in args]
@@ -204,33 +216,48 @@ def _match_varying(args):
   return out
 
 
-def _with_varying(aval, like, axes: frozenset):
-  """`aval` (a result of no vma) varying over `axes`, on the mesh of the operand `like`."""
-  if not isinstance(aval, jax.core.ShapedArray) or varying_axes(aval) == axes:
+def _split(aval) -> bool:
+  """Whether an abstract value's type names a mesh axis it is split along (explicit sharding)."""
+  sharding = getattr(aval, "sharding", None)
+  return sharding is not None and any(e is not None for e in sharding.spec)
+
+
+def _retyped(aval, like, axes: frozenset, entries):
+  """`aval` (a result typed by shape and dtype alone) varying over the manual axes `axes` and split
+  along the PartitionSpec `entries` (None: replicated), on the mesh of the operand `like`."""
+  if not isinstance(aval, jax.core.ShapedArray):
     return aval
   from jax.sharding import PartitionSpec  # noqa: PLC0415
-  sharding = like.sharding.update(spec=PartitionSpec(*([None] * len(aval.shape))))
+  entries = tuple(entries) if entries is not None else (None,) * len(aval.shape)
   mat = like.mat.update(varying=axes, unreduced=frozenset(), reduced=frozenset())
   return like.update(shape=aval.shape, dtype=aval.dtype, weak_type=aval.weak_type,
-                     sharding=sharding, manual_axis_type=mat)
+                     sharding=like.sharding.update(spec=PartitionSpec(*entries)),
+                     manual_axis_type=mat, memory_space=aval.memory_space)
 
 
 class Primitive(jax.extend.core.Primitive):
-  """A jax.extend.core.Primitive typed for jax.shard_map's check_vma: `bind` casts the operands
-  to vary over the same manual axes, and the abstract evaluation rule's results vary over them."""
+  """A jax.extend.core.Primitive typed as jax's own are: `bind` casts the operands to vary over
+  the same manual axes, the abstract evaluation rule's results vary over them, and under explicit
+  sharding its results are split as `result_specs` (set by jaxext._sharding.def_factors) says,
+  else typed replicated."""
+
+  result_specs = None  # (avals, params) -> PartitionSpec entries per result
 
   def bind(self, *args, **params):
-    return super().bind(*_match_varying(args), **params)
+    return super().bind(*match_varying(args), **params)
 
   def def_abstract_eval(self, abstract_eval):
     def typed(*avals, **params):
       out = abstract_eval(*avals, **params)
       shaped = [a for a in avals if isinstance(a, jax.core.ShapedArray)]
       axes = frozenset().union(*(varying_axes(a) for a in shaped))
-      if not axes:
+      split = [a for a in shaped if _split(a)]
+      if not axes and not split:
         return out
-      like = max(shaped, key=lambda a: len(varying_axes(a)))  # bind made them all vary alike
-      if self.multiple_results:
-        return [_with_varying(r, like, axes) for r in out]
-      return _with_varying(out, like, axes)
+      specs = self.result_specs(avals, params) if split and self.result_specs else None
+      # bind made the operands vary alike; a split operand carries the mesh
+      like = max(shaped, key=lambda a: (len(varying_axes(a)), _split(a)))
+      outs = out if self.multiple_results else [out]
+      outs = [_retyped(r, like, axes, specs[i] if specs else None) for i, r in enumerate(outs)]
+      return outs if self.multiple_results else outs[0]
     return super().def_abstract_eval(typed)

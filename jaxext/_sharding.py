@@ -11,8 +11,12 @@ operand and result alike (an operand that came otherwise, e.g. replicated beside
 resharded: a local slice), and the same FFI call runs on each device's blocks; `per_shard`
 computes the result types from the blocks' shapes.
 
-With one device (or inside shard_map) the call is lowered directly, with no wrapper. Only the
-Shardy partitioner (jax's default) is supported; GSPMD is deprecated in jax and raises there.
+With one device or inside shard_map the call is lowered directly, with no wrapper (along the mesh
+axes a shard_map leaves automatic, XLA then replicates it). Only the Shardy partitioner (jax's
+default) is supported; GSPMD is deprecated in jax and raises there.
+
+Under explicit sharding (jax.sharding.AxisType.Explicit) the same factors type the results
+(`def_factors`), and the ops that cannot split replicate their operands first (`whole`).
 """
 
 from __future__ import annotations
@@ -63,6 +67,47 @@ def _splittable(factors: Factors) -> bool:
   return not all(_replicated(f) for f in factors)
 
 
+def _axes_of(pairs) -> dict[str, tuple]:
+  """{factor: the mesh axes it is split along}, read off (factors, PartitionSpec) pairs in order:
+  the first that splits a factor names its axes, and a mesh axis splits one factor only."""
+  axes_of: dict[str, tuple] = {}
+  used: set = set()
+  for factors, spec in pairs:
+    spec = tuple(spec) + (None,) * (len(factors) - len(spec))
+    for f, entry in zip(factors, spec):
+      if entry is None or _replicated(f) or f in axes_of:
+        continue
+      axes = tuple(entry) if isinstance(entry, tuple) else (entry,)
+      if used.isdisjoint(axes):
+        axes_of[f] = axes
+        used.update(axes)
+  return axes_of
+
+
+def _entries(factors: Factors, axes_of: dict[str, tuple]) -> tuple:
+  """PartitionSpec entries of an array of these factors."""
+  entries = []
+  for f in factors:
+    axes = None if _replicated(f) else axes_of.get(f)
+    entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+  return tuple(entries)
+
+
+def def_factors(prim, factors) -> None:
+  """Declares a primitive's factors: `factors(*avals, **params)` -> (one Factors per operand, one
+  per result). Its lowering passes them to `lower` (`prim.factors`), and under explicit sharding
+  (jax.sharding.AxisType.Explicit: shardings are part of the types) its results' types are split
+  along the factors as its operands are (compat.Primitive asks `prim.result_specs`): a result
+  typed replicated would be gathered onto every device."""
+  prim.factors = factors
+
+  def result_specs(avals, params):
+    operands, results = factors(*avals, **params)
+    axes_of = _axes_of([(f, a.sharding.spec) for f, a in zip(operands, avals)])
+    return [_entries(f, axes_of) for f in results]
+  prim.result_specs = result_specs
+
+
 def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
           sums: dict[int, Factors] | None = None):
   """Lowers `per_shard(*args)` (which returns a tuple) so that the partitioner splits it along
@@ -73,7 +118,9 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
   parameters): each device's result is then its shard's partial sum, added up across the mesh
   axes that split those factors (an all-reduce of the small result, not a gather of the inputs).
   """
-  if not any(_splittable(f) for f in operands):  # nothing may be split: XLA replicates the call
+  if not any(_splittable(f) for f in operands) or compat.in_shard_map(ctx):
+    # Nothing may be split, or inside shard_map (each device's block is the call's; along axes
+    # shard_map leaves automatic, XLA replicates the call): the call itself.
     return compat.lower_fun(per_shard, multiple_results=True)(ctx, *args)
   text, need_replication = rule(operands, results)
 
@@ -86,25 +133,9 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
     # given those same axes along its factors, and XLA reshards an operand that came otherwise
     # (e.g. one replicated beside a split one: each device takes its slice). Handing the
     # operands' own shardings back instead would run each device's call on mismatched blocks.
-    axes_of: dict[str, tuple] = {}
-    used: set = set()
-    for factors, shape in [*zip(results, result_shapes), *zip(operands, arg_shapes)]:
-      spec = tuple(shape.sharding.spec) + (None,) * (len(factors) - len(shape.sharding.spec))
-      for f, entry in zip(factors, spec):
-        if entry is None or _replicated(f) or f in axes_of:
-          continue
-        axes = tuple(entry) if isinstance(entry, tuple) else (entry,)
-        if used.isdisjoint(axes):  # a mesh axis splits one factor only
-          axes_of[f] = axes
-          used.update(axes)
-
-    def sharding(factors):
-      entries = []
-      for f in factors:
-        axes = None if _replicated(f) else axes_of.get(f)
-        entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
-      return NamedSharding(mesh, PartitionSpec(*entries))
-
+    axes_of = _axes_of([*zip(results, (r.sharding.spec for r in result_shapes)),
+                        *zip(operands, (a.sharding.spec for a in arg_shapes))])
+    sharding = lambda factors: NamedSharding(mesh, PartitionSpec(*_entries(factors, axes_of)))
     arg_shardings = tuple(sharding(f) for f in operands)
     result_shardings = tuple(sharding(f) for f in results)
     if not sums:
@@ -123,6 +154,20 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
   call.def_partition(partition=partition, sharding_rule=text,
                      need_replication_factors=need_replication)
   return compat.lower_fun(call, multiple_results=True)(ctx, *args)
+
+
+def whole(*arrays):
+  """The arrays, replicated where explicit sharding (jax.sharding.AxisType.Explicit) splits them;
+  the rest unchanged. For the ops that need every row on every device (a graph's gathers and
+  sums): jax refuses to sort or index a split array without being told how, and their calls
+  would be replicated anyway. Their cotangents go back to the operands' shardings."""
+  out = []
+  for a in arrays:
+    aval = jax.typeof(a) if isinstance(a, (jax.Array, jax.core.Tracer)) else None
+    spec = getattr(getattr(aval, "sharding", None), "spec", ())
+    out.append(jax.sharding.reshard(a, PartitionSpec()) if any(e is not None for e in spec)
+               else a)
+  return out
 
 
 def ffi_per_shard(target: str, result_types, output_layouts=None, **attrs):

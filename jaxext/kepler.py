@@ -20,7 +20,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
@@ -31,7 +30,7 @@ from jaxext._validation import float_operand, kernel_float
 
 __all__ = ["kepler", "kepler_p"]
 
-kepler_p = Primitive("jaxext_kepler")
+kepler_p = compat.Primitive("jaxext_kepler")
 kepler_p.multiple_results = True
 
 
@@ -93,9 +92,16 @@ def _lowering(ctx, m, e, *, platform):
         f"(available: {', '.join(_ffi.register_all())})")
   (aval_m, _) = ctx.avals_in
   like = lambda m, e: (jax.ShapeDtypeStruct(m.shape, m.dtype),) * 2
-  dims = _sharding.elementwise(aval_m.ndim)  # element-wise: splits along any axis
   return _sharding.lower(ctx, (m, e), _sharding.ffi_per_shard(_target_name(aval_m.dtype), like),
-                         [dims, dims], [dims, dims])
+                         *kepler_p.factors(*ctx.avals_in))
+
+
+def _factors(m, e):
+  dims = _sharding.elementwise(m.ndim)  # element-wise: splits along any axis
+  return [dims, dims], [dims, dims]
+
+
+_sharding.def_factors(kepler_p, _factors)
 
 
 # One rule per platform family; the same target name is registered for each platform.

@@ -36,7 +36,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
@@ -49,7 +48,7 @@ __all__ = ["MAX_ORDER", "limb_dark_flux", "limbdark_p", "quadratic_limb_dark_flu
 
 MAX_ORDER = 16  # jaxext::limbdark::kMaxOrder
 
-limbdark_p = Primitive("jaxext_limbdark")
+limbdark_p = compat.Primitive("jaxext_limbdark")
 limbdark_p.multiple_results = True
 
 
@@ -164,20 +163,26 @@ def _lowering(ctx, b, r, u, *, grad, platform):
     raise NotImplementedError(
         f"jaxext.limb_dark_flux has no {platform} kernel in this build of jaxext "
         f"(available: {', '.join(_ffi.register_all())})")
-  # Split along the points' axes (b, r, the outputs; u along the prefix it has), never along the
-  # coefficients.
-  aval_b, aval_r, aval_u = ctx.avals_in
-  pts = _sharding.elementwise(aval_b.ndim)
-  coef = ("_coef",)
-
   def like(b, r, u):
     return _result_avals(b.shape, b.dtype, u.shape[-1], grad, jax.ShapeDtypeStruct)
 
-  operands = [pts, pts if aval_r.ndim else (), pts[:aval_u.ndim - 1] + coef]
-  results = [pts + coef if len(a.shape) > aval_b.ndim else pts for a in ctx.avals_out]
   return _sharding.lower(ctx, (b, r, u),
-                         _sharding.ffi_per_shard(_target_name(aval_b.dtype, grad), like),
-                         operands, results)
+                         _sharding.ffi_per_shard(_target_name(ctx.avals_in[0].dtype, grad), like),
+                         *limbdark_p.factors(*ctx.avals_in, grad=grad))
+
+
+def _factors(b, r, u, *, grad):
+  """Split along the points' axes (b, r, the outputs; u along the prefix it has), never along the
+  coefficients."""
+  pts = _sharding.elementwise(b.ndim)
+  coef = ("_coef",)
+  operands = [pts, pts if r.ndim else (), pts[:u.ndim - 1] + coef]
+  results = [pts + coef if len(a.shape) > b.ndim else pts
+             for a in _result_avals(b.shape, b.dtype, u.shape[-1], grad, jax.ShapeDtypeStruct)]
+  return operands, results
+
+
+_sharding.def_factors(limbdark_p, _factors)
 
 
 compat.register_lowering(limbdark_p, functools.partial(_lowering, platform="cpu"), "cpu",

@@ -43,7 +43,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
@@ -60,13 +59,13 @@ __all__ = ["sky_separation", "transit_light_curve", "transit_p"]
 N, T0, MTR, A, COS_I, ECC, SIN_W, COS_W, R, TEXP = range(10)
 NUM_PARAMS = 10
 
-transit_p = Primitive("jaxext_transit")
+transit_p = compat.Primitive("jaxext_transit")
 transit_p.multiple_results = True
 # Forward and reverse mode of the same kernel, with nothing per point but the tangent (or the
 # cotangent of t): (t, q, u, tt, tq, tu) -> tangent[S]; (t, q, u, ct) -> (ct_t, ct_q, ct_u).
-transit_lin_p = Primitive("jaxext_transit_lin")
+transit_lin_p = compat.Primitive("jaxext_transit_lin")
 transit_lin_p.multiple_results = True
-transit_vjp_p = Primitive("jaxext_transit_vjp")
+transit_vjp_p = compat.Primitive("jaxext_transit_vjp")
 transit_vjp_p.multiple_results = True
 # Points per block of the reverse-mode kernel's partial sums (summed in order: deterministic).
 VJP_BLOCK = 4096
@@ -277,8 +276,6 @@ def _target_name(kind: str, dtype) -> str:
 def _lowering(ctx, t, q, u, *, grad, oversample, platform):
   _check_platform(platform)
   aval_t, aval_q, _ = ctx.avals_in
-  pts = _sharding.elementwise(aval_t.ndim)
-  rows = pts[:aval_q.ndim - 1]
 
   def like(t, q, u):
     out = jax.ShapeDtypeStruct(t.shape, t.dtype)
@@ -287,8 +284,6 @@ def _lowering(ctx, t, q, u, *, grad, oversample, platform):
     return (out, jax.ShapeDtypeStruct(t.shape + (NUM_PARAMS,), t.dtype),
             jax.ShapeDtypeStruct(t.shape + (u.shape[-1],), t.dtype))
 
-  operands = [pts, rows + ("_q",), rows + ("_coef",)]
-  results = [pts] if not grad else [pts, pts + ("_q",), pts + ("_coef",)]
   attrs = dict(oversample=np.int64(oversample))
   if not grad:
     # From the global shapes (these avals), so that every shard of a sharded call decides as the
@@ -297,7 +292,34 @@ def _lowering(ctx, t, q, u, *, grad, oversample, platform):
   return _sharding.lower(
       ctx, (t, q, u),
       _sharding.ffi_per_shard(_target_name("grad" if grad else "", aval_t.dtype), like, **attrs),
-      operands, results)
+      *transit_p.factors(*ctx.avals_in, grad=grad))
+
+
+def _points_and_rows(t, q):
+  """Factors of the times (every axis splits) and of the light curves' rows (q's leading axes)."""
+  pts = _sharding.elementwise(t.ndim)
+  return pts, pts[:q.ndim - 1]
+
+
+def _factors(t, q, u, *, grad, **_):
+  pts, rows = _points_and_rows(t, q)
+  operands = [pts, rows + ("_q",), rows + ("_coef",)]
+  return operands, [pts] if not grad else [pts, pts + ("_q",), pts + ("_coef",)]
+
+
+def _lin_factors(t, q, u, *tangents, **_):
+  pts, rows = _points_and_rows(t, q)
+  return [pts, rows + ("_q",), rows + ("_coef",)] * 2, [pts]
+
+
+def _vjp_factors(t, q, u, ct, **_):
+  # The parameters' cotangents sum over the points of each light curve (see _vjp_lowering).
+  pts, rows = _points_and_rows(t, q)
+  operands = [pts, rows + ("_q",), rows + ("_coef",)]
+  return operands + [pts], operands
+
+
+_sharding.def_factors(transit_p, _factors)
 
 
 def _uses_flux_series(t_shape, num_row_axes, oversample):
@@ -418,16 +440,12 @@ _eager.def_jit_impl(transit_vjp_p)
 
 def _lin_lowering(ctx, *args, oversample, platform):
   _check_platform(platform)
-  aval_t, aval_q = ctx.avals_in[:2]
-  pts = _sharding.elementwise(aval_t.ndim)
-  rows = pts[:aval_q.ndim - 1]
   like = lambda t, *_: (jax.ShapeDtypeStruct(t.shape, t.dtype),)
-  operands = [pts, rows + ("_q",), rows + ("_coef",)] * 2
   return _sharding.lower(
       ctx, args,
-      _sharding.ffi_per_shard(_target_name("lin", aval_t.dtype), like,
+      _sharding.ffi_per_shard(_target_name("lin", ctx.avals_in[0].dtype), like,
                               oversample=np.int64(oversample)),
-      operands, [pts])
+      *transit_lin_p.factors(*ctx.avals_in))
 
 
 def _vjp_lowering(ctx, t, q, u, ct, *, oversample, platform):
@@ -435,7 +453,6 @@ def _vjp_lowering(ctx, t, q, u, ct, *, oversample, platform):
   aval_t, aval_q = ctx.avals_in[:2]
   pts = _sharding.elementwise(aval_t.ndim)
   nrows = aval_q.ndim - 1
-  rows = pts[:nrows]
 
   def per_shard(t, q, u, ct):
     per_row = int(np.prod(t.shape[nrows:], dtype=np.int64))
@@ -451,10 +468,12 @@ def _vjp_lowering(ctx, t, q, u, ct, *, oversample, platform):
 
   # The sums run over the points of each light curve: where those are split across devices,
   # each device sums its own and the results are added across the mesh (see _sharding.lower).
-  return _sharding.lower(ctx, (t, q, u, ct), per_shard,
-                         [pts, rows + ("_q",), rows + ("_coef",), pts],
-                         [pts, rows + ("_q",), rows + ("_coef",)],
+  return _sharding.lower(ctx, (t, q, u, ct), per_shard, *transit_vjp_p.factors(*ctx.avals_in),
                          sums={1: pts[nrows:], 2: pts[nrows:]})
+
+
+_sharding.def_factors(transit_lin_p, _lin_factors)
+_sharding.def_factors(transit_vjp_p, _vjp_factors)
 
 
 for _platform, _name in (("cpu", "cpu"), ("CUDA", "cuda")):

@@ -21,12 +21,12 @@ from typing import overload
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
+from jaxext import _sharding
 from jaxext._validation import float_operand, int32_indices, integer_operand, static_count
 from jaxext.equivariant import _e3nn, _irreps
 from jaxext.equivariant._e3nn import IrrepsArray, IrrepsLike
@@ -40,14 +40,14 @@ from jaxext.equivariant.tensor_product import present as _present
 
 __all__ = ["conv", "conv_p"]
 
-conv_p = Primitive("jaxext_conv")
+conv_p = compat.Primitive("jaxext_conv")
 # conv()'s own primitive: the same op, bound only on graphs conv() built itself (consistent by
 # construction: two stable sorts and their ranges), so that its CUDA lowering skips the graph
 # check the public conv_p needs (a few O(E) kernels per mode and call). Not exported: bound
 # directly, a CUDA kernel would read the graph as given.
 # Out-of-range node ids still give NaN (the ranges then do not cover the edges: the kernel's
 # own check).
-_conv_built_p = Primitive("jaxext_conv_built")
+_conv_built_p = compat.Primitive("jaxext_conv_built")
 _NODE_SLOTS = (X, OUT)
 
 
@@ -140,8 +140,10 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
 def bind_built(x, y, w, kernel, graph, key):
   """The result of a graph conv() built (or tensor_product_conv): the weights w, or w @ kernel
   (factored) when kernel is not None."""
+  x, y, w = _sharding.whole(x, y, w)
   if kernel is None:
     return _conv_built_p.bind(x, y, w, *graph, mode=OUT, key=key)
+  (kernel,) = _sharding.whole(kernel)
   return _conv_factored_p.bind(x, y, w, kernel, *graph, key=key)
 
 
@@ -159,6 +161,7 @@ def edge_graph(senders, receivers, num_edges: int, num_senders: int, num_nodes: 
     if arr.shape != (num_edges,):
       raise ValueError(f"{name} must have shape ({num_edges},) (one per edge); got {arr.shape}")
     ids.append(arr)
+  ids = _sharding.whole(*ids)
   if any(compat.is_traced(raw) or (isinstance(raw, jax.Array) and not raw.is_fully_addressable)
          for raw in (senders, receivers)):
     snd, rcv = int32_indices(ids[0]), int32_indices(ids[1])
@@ -366,9 +369,9 @@ for _prim, _checked in ((conv_p, True), (_conv_built_p, False)):
 # compositions: w made by a matrix product, then the four-mode primitive in each mode. Bound only
 # on graphs conv() built (trusted as _conv_built_p). `which`, one flag per float: the tangents
 # present (lin) or the cotangents asked for (bwd); its length (3 or 4) says which weights.
-_conv_factored_p = Primitive("jaxext_conv_factored")
-_conv_lin_p = Primitive("jaxext_conv_lin")
-_conv_bwd_p = Primitive("jaxext_conv_bwd")
+_conv_factored_p = compat.Primitive("jaxext_conv_factored")
+_conv_lin_p = compat.Primitive("jaxext_conv_lin")
+_conv_bwd_p = compat.Primitive("jaxext_conv_bwd")
 _conv_bwd_p.multiple_results = True
 _GRAPH_OPERANDS = 6
 

@@ -19,18 +19,18 @@ from typing import overload
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _jax_compat as compat
+from jaxext import _sharding
 from jaxext._validation import int32_indices, integer_operand, kernel_float, rows_operand
 from jaxext.equivariant import _e3nn
 from jaxext.equivariant._e3nn import IrrepsArray
 
 __all__ = ["gather", "gather_p"]
 
-gather_p = Primitive("jaxext_gather")
+gather_p = compat.Primitive("jaxext_gather")
 
 
 @overload
@@ -53,6 +53,7 @@ def gather(x, indices):
   x, terms = _e3nn.unwrap(x, "x")
   x = rows_operand(x, "x")
   idx = integer_operand(indices, "indices")
+  x, idx = _sharding.whole(x, idx)
   flat = gather_p.bind(x, int32_indices(idx.reshape(-1)))
   return _e3nn.wrap(like, terms, flat.reshape(idx.shape + x.shape[1:]))
 

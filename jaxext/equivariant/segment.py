@@ -18,12 +18,12 @@ from typing import overload
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
 from jaxext import _ffi
 from jaxext import _jax_compat as compat
+from jaxext import _sharding
 from jaxext._validation import (int32_indices, integer_operand, kernel_float, rows_operand,
                                 static_count)
 from jaxext.equivariant import _e3nn
@@ -32,7 +32,7 @@ from jaxext.equivariant._e3nn import IrrepsArray
 
 __all__ = ["segment_sum", "segment_sum_p"]
 
-segment_sum_p = Primitive("jaxext_segment_sum")
+segment_sum_p = compat.Primitive("jaxext_segment_sum")
 
 
 @overload
@@ -66,7 +66,7 @@ def segment_sum(data, segment_ids, num_segments, indices_are_sorted=False):
     raise ValueError(f"segment_ids must have shape ({data.shape[0]},) like data's rows; got "
                      f"{ids.shape}")
   num_segments = static_count(num_segments, "num_segments")
-  ids = int32_indices(ids)
+  data, ids = _sharding.whole(data, int32_indices(ids))
   return _e3nn.wrap(like, terms, segment_sum_p.bind(data, ids, num_segments=num_segments,
                                                     sorted=bool(indices_are_sorted)))
 

@@ -16,7 +16,6 @@ from typing import overload
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
@@ -31,7 +30,7 @@ __all__ = ["spherical_harmonics", "sph_p"]
 
 MAX_L = 12  # jaxext/kernels/sph.h kMaxL
 
-sph_p = Primitive("jaxext_sph")
+sph_p = compat.Primitive("jaxext_sph")
 
 
 @overload
@@ -146,16 +145,21 @@ def _lowering(ctx, x, *, lmax, platform):
   if platform not in _ffi.register_all():
     raise NotImplementedError(f"jaxext.equivariant.spherical_harmonics has no {platform} kernel "
                               "in this build")
-  (aval,) = ctx.avals_in
-  lead = _sharding.elementwise(aval.ndim - 1)
-
   def result_types(xs):
     return (jax.ShapeDtypeStruct(xs.shape[:-1] + ((lmax + 1) ** 2,), xs.dtype),)
 
   return _sharding.lower(
       ctx, (x,), _sharding.ffi_per_shard("jaxext_sph", result_types, lmax=np.int64(lmax),
                                          norms=_tables.norms(lmax)),
-      [lead + (None,)], [lead + (None,)])
+      *sph_p.factors(*ctx.avals_in, lmax=lmax))
+
+
+def _factors(x, *, lmax):
+  lead = _sharding.elementwise(x.ndim - 1)  # along the vectors' leading axes
+  return [lead + (None,)], [lead + (None,)]
+
+
+_sharding.def_factors(sph_p, _factors)
 
 
 compat.register_lowering(sph_p, functools.partial(_lowering, platform="cpu"), "cpu",

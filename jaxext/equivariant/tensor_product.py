@@ -33,7 +33,6 @@ from typing import overload
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
@@ -49,7 +48,7 @@ __all__ = ["tensor_product", "tp_p", "paths"]
 X, Y, W, OUT = 0, 1, 2, 3
 _SLOTS = ("x", "y", "weights", "out")
 
-tp_p = Primitive("jaxext_tensor_product")
+tp_p = compat.Primitive("jaxext_tensor_product")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,10 +351,13 @@ def _lowering(ctx, a, b, c, *, mode, key, platform):
   def result_types(a, b, c):
     return (jax.ShapeDtypeStruct((a.shape[0], spec.dims[mode]), a.dtype),)
 
-  rows = ("rows", None)
   return _sharding.lower(ctx, (a, b, c),
                          _sharding.ffi_per_shard("jaxext_tensor_product", result_types, **attrs),
-                         [rows, rows, rows], [rows])
+                         *tp_p.factors(*ctx.avals_in))
+
+
+_ROWS = ("rows", None)  # the products' operands and results split along their rows
+_sharding.def_factors(tp_p, lambda *avals, **_: ([_ROWS] * 3, [_ROWS]))
 
 
 compat.register_lowering(tp_p, functools.partial(_lowering, platform="cpu"), "cpu",
@@ -485,11 +487,11 @@ def lin_transpose_rule(bwd_prim, name):
 # tp_p in each mode, in the order the trilinear rules use (the same values). `which`, one flag per
 # float (x, y, w): the tangents present (lin) or the cotangents asked for (bwd). The derivative
 # modes (X, Y, W) keep the trilinear rules.
-_tp_lin_p = Primitive("jaxext_tensor_product_lin")
-_tp_bwd_p = Primitive("jaxext_tensor_product_bwd")
+_tp_lin_p = compat.Primitive("jaxext_tensor_product_lin")
+_tp_bwd_p = compat.Primitive("jaxext_tensor_product_bwd")
 _tp_bwd_p.multiple_results = True
 # Bound only by _tp_bwd_p's CUDA lowering: the y and w cotangents of (x, y, w, ct) in one call.
-_tp_edge_cts_p = Primitive("jaxext_tensor_product_edge_cts")
+_tp_edge_cts_p = compat.Primitive("jaxext_tensor_product_edge_cts")
 _tp_edge_cts_p.multiple_results = True
 
 
@@ -562,11 +564,13 @@ def _edge_cts_lowering(ctx, x, y, w, ct, *, key):
   def result_types(x, y, w, ct):
     return (jax.ShapeDtypeStruct(y.shape, y.dtype), jax.ShapeDtypeStruct(w.shape, w.dtype))
 
-  rows = ("rows", None)
   return _sharding.lower(ctx, (x, y, w, ct),
                          _sharding.ffi_per_shard("jaxext_tensor_product_edge_cts", result_types,
                                                  **ffi_attrs(_spec(*key), Y)),
-                         [rows] * 4, [rows, rows])
+                         *_tp_edge_cts_p.factors(*ctx.avals_in))
+
+
+_sharding.def_factors(_tp_edge_cts_p, lambda *avals, **_: ([_ROWS] * 4, [_ROWS] * 2))
 
 
 def _lin_lowering(ctx, *args, which, key):
@@ -599,6 +603,11 @@ def _result_jvp(primals, tangents, *, mode, key):
 _tp_lin_p.def_abstract_eval(_lin_abstract_eval)
 _tp_bwd_p.def_abstract_eval(_bwd_abstract_eval)
 _tp_edge_cts_p.def_abstract_eval(_edge_cts_abstract_eval)
+# The tangent and the cotangents are rows as the operands are (typed so under explicit sharding:
+# a cotangent's type must be its operand's).
+_sharding.def_factors(_tp_lin_p, lambda *avals, **_: ([_ROWS] * len(avals), [_ROWS]))
+_sharding.def_factors(_tp_bwd_p, lambda *avals, which, **_: ([_ROWS] * len(avals),
+                                                             [_ROWS] * sum(map(bool, which))))
 for _prim in (_tp_lin_p, _tp_bwd_p):
   _eager.def_jit_impl(_prim)
   compat.register_batching(_prim, functools.partial(_rows_batch, _prim))

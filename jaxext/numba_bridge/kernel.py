@@ -47,7 +47,6 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
@@ -67,7 +66,7 @@ GridSpec = int | tuple[int, ...] | Callable[..., int | tuple[int, ...]]
 _TARGET = "jaxext_numba_call"
 _CUDA_TARGET = "jaxext_numba_cuda_call"
 
-numba_call_p = Primitive("jaxext_numba_call")
+numba_call_p = compat.Primitive("jaxext_numba_call")
 numba_call_p.multiple_results = True
 
 
@@ -323,7 +322,10 @@ class NumbaKernel:
       fn = self._diff_fns.get(key)
       if fn is None:
         fn = self._diff_fns[key] = self._make_differentiable(items, outs)
-    return fn(*args)
+    # Inside jax.shard_map, operands cast to vary alike before the user's rules see them: a vjp's
+    # cotangent for a replicated operand (which varies, being made from a device's block) then
+    # matches its operand's type, and jax adds the devices' cotangents up.
+    return fn(*compat.match_varying(args))
 
   def _make_differentiable(self, items, outs):
     params = dict(items)
@@ -500,32 +502,44 @@ def _partitioned(ctx, args, kernel, outs, nbatch, bmasks, target, attrs):
   in_avals = ctx.avals_in
   n_in = len(in_avals)
   masks = [int(m) for m in bmasks]
+  if nbatch > 0:
+    def result_types(*xs):
+      batch = _batch_shape(xs, masks[:n_in], nbatch)
+      return tuple(jax.ShapeDtypeStruct(batch + o.shape, o.dtype) for o in outs)
+  elif _elementwise(in_avals, kernel, outs, nbatch):
+    def result_types(*xs):
+      return tuple(jax.ShapeDtypeStruct((xs[0].shape[0],) + o.shape[1:], o.dtype) for o in outs)
+  else:
+    result_types = lambda *xs: tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in ctx.avals_out)
+  per_shard = _sharding.ffi_per_shard(target, result_types, **attrs)
+  return _sharding.lower(ctx, args, per_shard,
+                         *_factors(*in_avals, kernel=kernel, outs=outs, nbatch=nbatch,
+                                   bmasks=bmasks))
 
-  elementwise = (nbatch == 0 and kernel.vmap == "elementwise" and n_in > 0
-                 and all(a.ndim >= 1 for a in in_avals) and all(o.ndim >= 1 for o in outs)
-                 and len({a.shape[0] for a in in_avals} | {o.shape[0] for o in outs}) == 1)
+
+def _elementwise(in_avals, kernel, outs, nbatch) -> bool:
+  """Whether the call splits along the first axis its operands and outputs share."""
+  return (nbatch == 0 and kernel.vmap == "elementwise" and len(in_avals) > 0
+          and all(a.ndim >= 1 for a in in_avals) and all(o.ndim >= 1 for o in outs)
+          and len({a.shape[0] for a in in_avals} | {o.shape[0] for o in outs}) == 1)
+
+
+def _factors(*in_avals, kernel, outs, nbatch, bmasks, **_):
+  masks = [int(m) for m in bmasks]
   if nbatch > 0:
     def factors(ndim, mask):  # an operand's batch axes lead its dimensions, in axis order
       lead = tuple(f"b{j}" for j in range(nbatch) if (mask >> j) & 1)
       return lead + (None,) * (ndim - len(lead))
-    operands = [factors(a.ndim, m) for a, m in zip(in_avals, masks[:n_in])]
-    results = [factors(nbatch + o.ndim, (1 << nbatch) - 1) for o in outs]
+    return ([factors(a.ndim, m) for a, m in zip(in_avals, masks[:len(in_avals)])],
+            [factors(nbatch + o.ndim, (1 << nbatch) - 1) for o in outs])
+  if _elementwise(in_avals, kernel, outs, nbatch):
+    return ([("d0",) + (None,) * (a.ndim - 1) for a in in_avals],
+            [("d0",) + (None,) * (o.ndim - 1) for o in outs])
+  # the kernel may couple any elements: every device runs it whole
+  return [(None,) * a.ndim for a in in_avals], [(None,) * o.ndim for o in outs]
 
-    def result_types(*xs):
-      batch = _batch_shape(xs, masks[:n_in], nbatch)
-      return tuple(jax.ShapeDtypeStruct(batch + o.shape, o.dtype) for o in outs)
-  elif elementwise:
-    operands = [("d0",) + (None,) * (a.ndim - 1) for a in in_avals]
-    results = [("d0",) + (None,) * (o.ndim - 1) for o in outs]
 
-    def result_types(*xs):
-      return tuple(jax.ShapeDtypeStruct((xs[0].shape[0],) + o.shape[1:], o.dtype) for o in outs)
-  else:  # the kernel may couple any elements: every device runs it whole
-    operands = [(None,) * a.ndim for a in in_avals]
-    results = [(None,) * o.ndim for o in outs]
-    result_types = lambda *xs: tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in ctx.avals_out)
-  per_shard = _sharding.ffi_per_shard(target, result_types, **attrs)
-  return _sharding.lower(ctx, args, per_shard, operands, results)
+_sharding.def_factors(numba_call_p, _factors)
 
 
 compat.register_lowering(numba_call_p, _lowering, "cpu", partitioned=True)

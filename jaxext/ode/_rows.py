@@ -20,7 +20,6 @@ import functools
 
 import jax
 import numba
-from jaxext._jax_compat import Primitive
 
 from jaxext import _eager
 from jaxext import _jax_compat as compat
@@ -123,7 +122,7 @@ _KERNELS = {"cpu": {"rhs": _rhs_rows, "gradient": _gradient_rows},
 # rows_p(t (M,), y (M, d), p (M, q); fn, name, kind, boundscheck): kind "rhs" -> (f (M, d),),
 # "gradient" -> (dg/dt (M,), dg/dy (M, d), dg/dp (M, q)). Lowered per platform to the Numba
 # kernel for it.
-rows_p = Primitive("jaxext_ode_rows")
+rows_p = compat.Primitive("jaxext_ode_rows")
 rows_p.multiple_results = True
 
 

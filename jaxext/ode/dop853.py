@@ -30,7 +30,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxext._jax_compat import Primitive
 from jax.typing import ArrayLike
 
 from jaxext import _eager
@@ -111,7 +110,7 @@ class Solution(NamedTuple):
     return _evaluate(self.dense_t, self.dense_f, self.n_accepted, self.t_final, self.y_final, t)
 
 
-dop853_p = Primitive("jaxext_dop853")
+dop853_p = compat.Primitive("jaxext_dop853")
 dop853_p.multiple_results = True
 
 
@@ -761,13 +760,17 @@ def _lowering(ctx, y0, params, t_span, t_eval, *, platform, user, name, model, r
   layouts = None
   if platform != "cpu" and dense_steps:
     layouts = [None] * 7 + [(1, 0), (1, 2, 3, 0)]
-  # Trajectories are independent: split along them, everything else stays whole.
   return _sharding.lower(
       ctx, (y0, params, t_span, t_eval),
       _sharding.ffi_per_shard("jaxext_dop853", result_types, output_layouts=layouts, **attrs),
-      [("traj", None), ("traj", None), ("traj", None), (None,)],
-      [("traj", None, None), ("traj",), ("traj", None), ("traj", None), ("traj", None, None),
-       ("traj", None, None, None), ("traj", None), ("traj", None), ("traj", None, None, None)])
+      *dop853_p.factors(*ctx.avals_in))
+
+
+# Trajectories are independent: split along them, everything else stays whole.
+_sharding.def_factors(dop853_p, lambda *avals, **_: (
+    [("traj", None), ("traj", None), ("traj", None), (None,)],
+    [("traj", None, None), ("traj",), ("traj", None), ("traj", None), ("traj", None, None),
+     ("traj", None, None, None), ("traj", None), ("traj", None), ("traj", None, None, None)]))
 
 
 compat.register_lowering(dop853_p, functools.partial(_lowering, platform="cpu"), "cpu",
