@@ -242,9 +242,32 @@ class Primitive(jax.extend.core.Primitive):
   else typed replicated."""
 
   result_specs = None  # (avals, params) -> PartitionSpec entries per result
+  operand_specs = None  # (avals, params) -> PartitionSpec entries per operand
 
   def bind(self, *args, **params):
-    return super().bind(*match_varying(args), **params)
+    if any(varying_axes(a) or _split(a) for a in map(jax.typeof, args)):  # mesh-typed operands
+      args = self._aligned(match_varying(args), params)
+    return super().bind(*args, **params)
+
+  def _aligned(self, args, params):
+    """Under explicit sharding, the operands resharded to the splits the primitive's factors give
+    them (all replicated for a primitive without factors), so that operands, results and
+    cotangents agree: a replicated operand beside a split one is sliced (its cotangent goes back
+    replicated through jax.sharding.reshard's transpose)."""
+    avals = [jax.typeof(a) for a in args]
+    if not any(_split(a) for a in avals):
+      return args
+    specs = self.operand_specs(avals, params) if self.operand_specs else [None] * len(args)
+    from jax.sharding import PartitionSpec  # noqa: PLC0415
+    out = []
+    for a, aval, spec in zip(args, avals, specs):
+      if not isinstance(aval, jax.core.ShapedArray):
+        out.append(a)
+        continue
+      want = tuple(spec) if spec is not None else (None,) * aval.ndim
+      have = tuple(aval.sharding.spec) + (None,) * (aval.ndim - len(aval.sharding.spec))
+      out.append(a if have == want else jax.sharding.reshard(a, PartitionSpec(*want)))
+    return out
 
   def def_abstract_eval(self, abstract_eval):
     def typed(*avals, **params):

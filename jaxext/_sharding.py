@@ -97,15 +97,29 @@ def def_factors(prim, factors) -> None:
   """Declares a primitive's factors: `factors(*avals, **params)` -> (one Factors per operand, one
   per result). Its lowering passes them to `lower` (`prim.factors`), and under explicit sharding
   (jax.sharding.AxisType.Explicit: shardings are part of the types) its results' types are split
-  along the factors as its operands are (compat.Primitive asks `prim.result_specs`): a result
-  typed replicated would be gathered onto every device."""
+  along the factors as its operands are (compat.Primitive asks `prim.result_specs`; a result
+  typed replicated would be gathered onto every device), its operands resharded to agree
+  (`prim.operand_specs`, e.g. a replicated one beside a split one is sliced)."""
   prim.factors = factors
 
-  def result_specs(avals, params):
+  def specs(avals, params, which):
     operands, results = factors(*avals, **params)
     axes_of = _axes_of([(f, a.sharding.spec) for f, a in zip(operands, avals)])
-    return [_entries(f, axes_of) for f in results]
-  prim.result_specs = result_specs
+    return [_entries(f, axes_of) for f in (operands if which == "operands" else results)]
+  prim.result_specs = lambda avals, params: specs(avals, params, "results")
+  prim.operand_specs = lambda avals, params: specs(avals, params, "operands")
+
+
+def _per_device(fn):
+  """`fn` as a partition callback's per-device function: traced with no mesh in context. Under
+  explicit sharding the user's mesh is still the context while XLA compiles, and a jax.numpy
+  operation traced there would carry a sharding annotation into this already partitioned code,
+  which nothing then removes ("No registered implementation for untyped custom call to
+  Sharding")."""
+  def per_device(*xs):
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), ())):
+      return fn(*xs)
+  return per_device
 
 
 def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
@@ -133,14 +147,23 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
     # given those same axes along its factors, and XLA reshards an operand that came otherwise
     # (e.g. one replicated beside a split one: each device takes its slice). Handing the
     # operands' own shardings back instead would run each device's call on mismatched blocks.
+    if not all(hasattr(s.sharding, "spec") for s in [*arg_shapes, *result_shapes]):
+      # Shardings without a mesh (a jit given GSPMDShardings): taken as they come, which is right
+      # where the operands are split alike; a call that sums across devices cannot say where.
+      if sums:
+        raise NotImplementedError("jaxext: this op's sharded gradient needs NamedSharding "
+                                  "(jax.sharding.NamedSharding) shardings of its operands")
+      return (mesh, run, tuple(r.sharding for r in result_shapes),
+              tuple(a.sharding for a in arg_shapes))
     axes_of = _axes_of([*zip(results, (r.sharding.spec for r in result_shapes)),
                         *zip(operands, (a.sharding.spec for a in arg_shapes))])
     sharding = lambda factors: NamedSharding(mesh, PartitionSpec(*_entries(factors, axes_of)))
     arg_shardings = tuple(sharding(f) for f in operands)
     result_shardings = tuple(sharding(f) for f in results)
     if not sums:
-      return mesh, run, result_shardings, arg_shardings
+      return mesh, _per_device(run), result_shardings, arg_shardings
 
+    @_per_device
     def run_and_sum(*xs):
       outs = list(run(*xs))
       for i, factors in sums.items():

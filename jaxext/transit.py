@@ -148,6 +148,7 @@ def _kernel_params(*, period, t0, a, r, impact, inclination, ecc, omega, texp):
   cols = [2 * jnp.pi / period, t0, _transit_mean_anomaly(ecc, omega), a,
           _cos_inclination(a, ecc, sin_w, impact, inclination), ecc, sin_w, cos_w, r, texp]
   shape = jnp.broadcast_shapes(*(jnp.shape(c) for c in cols))
+  cols = _sharding.whole(*cols)  # (a few numbers per light curve; explicit sharding: one split)
   return jnp.stack([jnp.broadcast_to(c, shape) for c in cols], axis=-1)
 
 

@@ -633,3 +633,54 @@ def test_explicit_sharding_graph_ops(case):
     full = lambda spec: tuple(spec) + (None,) * (g.ndim - len(spec))
     assert full(g.sharding.spec) == full(jax.typeof(put[i]).sharding.spec), (g.sharding, i)
     np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-12)
+
+
+def _explicit_mixed_cases():
+  from jaxext import equivariant as eq
+  from jaxext import ode
+  rng = np.random.default_rng(20)
+  u = jnp.array([0.4, 0.2])
+  ix, iy, io = "4x0e+4x1o", "0e+1o", "4x0e+4x1o"
+  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  t = np.tile(np.linspace(-0.2, 0.2, 16), (4, 1))
+  periods = np.array([[2.5], [3.0], [3.5], [4.0]])
+  curve = lambda t, p: jaxext.transit_light_curve(t, period=p, t0=0.0, a=10.0, impact=0.3, r=0.1,
+                                                  u=u)
+  decay = lambda y, c: ode.dop853(lambda t, y, c: -c * y, y, (0.0, 1.0), args=c, rtol=1e-10,
+                                  atol=1e-10).y_final
+  x, y = rng.normal(size=(64, 16)), rng.normal(size=(64, 4))
+  split, whole = P("x"), P()
+  return {  # fn, operands, their specs: the gradient with respect to every float operand
+      "kepler": (jaxext.kepler, (rng.uniform(0, 6, 64), rng.uniform(0, 0.9, 64)), (split, whole)),
+      "limb_dark_flux": (lambda b, r: jaxext.limb_dark_flux(b, r, u),
+                         (rng.uniform(0, 1.2, 64), rng.uniform(0.05, 0.2, 64)), (whole, split)),
+      "transit_curves_split": (curve, (t, periods), (split, whole)),
+      "transit_times_split": (curve, (t, periods), (P(None, "x"), whole)),
+      "transit_periods_split": (curve, (t, periods), (whole, split)),
+      "tensor_product_shared_weights": (lambda a, b, c: eq.tensor_product(a, b, c, ix, iy, io),
+                                        (x, y, rng.normal(size=nw)), (split, split, whole)),
+      "dop853": (decay, (rng.uniform(0.5, 1.5, (8, 2)), np.asarray(0.7)), (split, whole)),
+      "segment_sum_vmapped": (jax.vmap(lambda d: eq.segment_sum(d, np.arange(16) % 4, 4)),
+                              (rng.normal(size=(8, 16, 3)),), (split,)),
+      "gather_vmapped": (jax.vmap(lambda a: eq.gather(a, np.arange(16) % 4)),
+                         (rng.normal(size=(8, 4, 3)),), (split,)),
+  }
+
+
+@pytest.mark.parametrize("case", list(_explicit_mixed_cases()))
+def test_explicit_sharding_mixed_operands(case):
+  # Operands split and replicated side by side (or batched graph ops split along the batch):
+  # values and gradients as unsharded, each gradient typed as its operand (jax requires it).
+  fn, args, specs = _explicit_mixed_cases()[case]
+  floats = tuple(range(len(args)))
+  grad = jax.grad(lambda *a: _sum_outputs(fn(*a)) ** 2, argnums=floats)
+  mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+  with jax.set_mesh(mesh):
+    put = [jax.device_put(a, s) for a, s in zip(args, specs)]
+    out, grads = jax.jit(fn)(*put), jax.jit(grad)(*put)
+  for g, w in zip(jax.tree.leaves(out), jax.tree.leaves(jax.jit(fn)(*args))):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-12, atol=1e-12)
+  for a, g, w in zip(put, grads, jax.jit(grad)(*args)):
+    full = lambda spec: tuple(spec) + (None,) * (g.ndim - len(spec))
+    assert full(g.sharding.spec) == full(jax.typeof(a).sharding.spec), (g.sharding, a.sharding)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-12)
