@@ -25,6 +25,7 @@ through `jax.interpreters` (its rule registries and a few helpers) is wrapped he
                                               under explicit sharding the splits its factors give
 * `varying_axes(aval)`, `match_varying(args)`  those axes; operands cast to vary alike
 * `in_shard_map(ctx)`                         whether a lowering runs inside jax.shard_map
+* `is_split(aval)`                            whether explicit sharding splits a value's type
 
 Supported: jax 0.10.0 (the FFI floor) through 0.12.x; `tests/compat_test.py` checks the gates.
 """
@@ -41,8 +42,8 @@ from jax.interpreters import ad, batching, mlir
 
 __all__ = [
     "JAX_VERSION", "NOT_MAPPED", "Primitive", "batch_axis_to_front", "batch_size",
-    "evaluating_now", "in_shard_map", "instantiate_zeros", "is_mapped", "is_undefined_primal",
-    "is_zero_tangent", "match_varying", "register_batching", "register_jvp", "register_lowering",
+    "evaluating_now", "in_shard_map", "instantiate_zeros", "is_mapped", "is_split",
+    "is_undefined_primal", "is_zero_tangent", "match_varying", "register_batching", "register_jvp", "register_lowering",
     "register_transpose", "source_line", "undefined_primal_aval", "varying_axes",
 ]
 
@@ -216,7 +217,7 @@ def match_varying(args):
   return out
 
 
-def _split(aval) -> bool:
+def is_split(aval) -> bool:
   """Whether an abstract value's type names a mesh axis it is split along (explicit sharding)."""
   sharding = getattr(aval, "sharding", None)
   return sharding is not None and any(e is not None for e in sharding.spec)
@@ -245,7 +246,7 @@ class Primitive(jax.extend.core.Primitive):
   operand_specs = None  # (avals, params) -> PartitionSpec entries per operand
 
   def bind(self, *args, **params):
-    if any(varying_axes(a) or _split(a) for a in map(jax.typeof, args)):  # mesh-typed operands
+    if any(varying_axes(a) or is_split(a) for a in map(jax.typeof, args)):  # mesh-typed operands
       args = self._aligned(match_varying(args), params)
     return super().bind(*args, **params)
 
@@ -255,7 +256,7 @@ class Primitive(jax.extend.core.Primitive):
     cotangents agree: a replicated operand beside a split one is sliced (its cotangent goes back
     replicated through jax.sharding.reshard's transpose)."""
     avals = [jax.typeof(a) for a in args]
-    if not any(_split(a) for a in avals):
+    if not any(is_split(a) for a in avals):
       return args
     specs = self.operand_specs(avals, params) if self.operand_specs else [None] * len(args)
     from jax.sharding import PartitionSpec  # noqa: PLC0415
@@ -274,12 +275,12 @@ class Primitive(jax.extend.core.Primitive):
       out = abstract_eval(*avals, **params)
       shaped = [a for a in avals if isinstance(a, jax.core.ShapedArray)]
       axes = frozenset().union(*(varying_axes(a) for a in shaped))
-      split = [a for a in shaped if _split(a)]
+      split = [a for a in shaped if is_split(a)]
       if not axes and not split:
         return out
       specs = self.result_specs(avals, params) if split and self.result_specs else None
       # bind made the operands vary alike; a split operand carries the mesh
-      like = max(shaped, key=lambda a: (len(varying_axes(a)), _split(a)))
+      like = max(shaped, key=lambda a: (len(varying_axes(a)), is_split(a)))
       outs = out if self.multiple_results else [out]
       outs = [_retyped(r, like, axes, specs[i] if specs else None) for i, r in enumerate(outs)]
       return outs if self.multiple_results else outs[0]

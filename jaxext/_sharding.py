@@ -184,13 +184,8 @@ def whole(*arrays):
   the rest unchanged. For the ops that need every row on every device (a graph's gathers and
   sums): jax refuses to sort or index a split array without being told how, and their calls
   would be replicated anyway. Their cotangents go back to the operands' shardings."""
-  out = []
-  for a in arrays:
-    aval = jax.typeof(a) if isinstance(a, (jax.Array, jax.core.Tracer)) else None
-    spec = getattr(getattr(aval, "sharding", None), "spec", ())
-    out.append(jax.sharding.reshard(a, PartitionSpec()) if any(e is not None for e in spec)
-               else a)
-  return out
+  return [jax.sharding.reshard(a, PartitionSpec()) if compat.is_split(jax.typeof(a)) else a
+          for a in arrays]
 
 
 def ffi_per_shard(target: str, result_types, output_layouts=None, **attrs):

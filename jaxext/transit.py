@@ -451,9 +451,8 @@ def _lin_lowering(ctx, *args, oversample, platform):
 
 def _vjp_lowering(ctx, t, q, u, ct, *, oversample, platform):
   _check_platform(platform)
-  aval_t, aval_q = ctx.avals_in[:2]
-  pts = _sharding.elementwise(aval_t.ndim)
-  nrows = aval_q.ndim - 1
+  pts, rows = _points_and_rows(*ctx.avals_in[:2])
+  nrows = len(rows)
 
   def per_shard(t, q, u, ct):
     per_row = int(np.prod(t.shape[nrows:], dtype=np.int64))

@@ -31,6 +31,11 @@ def mesh1():
 
 
 @pytest.fixture(scope="module")
+def explicit_mesh():  # shardings are part of the types (jax.sharding.AxisType.Explicit)
+  return jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+
+
+@pytest.fixture(scope="module")
 def mesh2():
   return Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
 
@@ -45,6 +50,15 @@ def _assert_local(fn, *args):
   found = _GATHER.findall(text)
   assert not found, f"collectives {sorted(set(found))} in:\n{text[:3000]}"
   return jax.jit(fn)(*args)
+
+
+_SMALL_IRREPS = ("4x0e+4x1o", "0e+1o", "4x0e+4x1o")
+
+
+def _num_weights(ix, iy, io):
+  """The product's weights per row: the x multiplicity of each path."""
+  from jaxext import equivariant as eq
+  return sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
 
 
 def test_detector_sees_a_needed_all_gather(mesh1):
@@ -289,7 +303,7 @@ def test_tensor_product_and_its_gradients_split_rows(mesh1, dtype):
   ix, iy, io = "8x0e+8x1o+4x2e", "0e+1o+2e", "8x0e+8x1o+8x2e"
   rng = np.random.default_rng(9)
   rows = 64
-  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  nw = _num_weights(ix, iy, io)
   x, y, w = (rng.normal(size=(rows, d)).astype(dtype) for d in (52, 9, nw))
   ct = rng.normal(size=(rows, 72)).astype(dtype)
   sh = NamedSharding(mesh1, P("x", None))
@@ -342,8 +356,8 @@ def _mixed_cases():
   t, periods = np.tile(np.linspace(-0.2, 0.2, 64), (4, 1)), np.array([[2.5], [3.0], [3.5], [4.0]])
   curve = lambda t, p: jaxext.transit_light_curve(t, period=p, t0=0.0, a=10.0, impact=0.3, r=0.1,
                                                   u=u)
-  ix, iy, io = "4x0e+4x1o", "0e+1o", "4x0e+4x1o"
-  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  ix, iy, io = _SMALL_IRREPS
+  nw = _num_weights(ix, iy, io)
   x, y, w = rng.normal(size=(64, 16)), rng.normal(size=(64, 4)), rng.normal(size=(64, nw))
   tp = lambda x, y, w: eq.tensor_product(x, y, w, ix, iy, io)
   y0 = np.stack([rng.uniform(0.2, 1.0, 8), np.zeros(8)], axis=1)
@@ -513,7 +527,7 @@ def test_shard_map_equivariant_edges_split(mesh1, case):
   from jaxext import equivariant as eq
   rng = np.random.default_rng(13)
   ix, iy, io = "4x0e+4x1o+2x2e", "0e+1o+2e", "4x0e+4x1o+2x2e"
-  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  nw = _num_weights(ix, iy, io)
   nodes, edges = 8, 64
   x = rng.normal(size=(nodes, 26))
   y, w = rng.normal(size=(edges, 9)), rng.normal(size=(edges, nw))
@@ -562,8 +576,8 @@ def _explicit_cases():
   from jaxext import ode
   rng = np.random.default_rng(18)
   u = jnp.array([0.4, 0.2])
-  ix, iy, io = "4x0e+4x1o", "0e+1o", "4x0e+4x1o"
-  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  ix, iy, io = _SMALL_IRREPS
+  nw = _num_weights(ix, iy, io)
   tp = lambda x, y, w: eq.tensor_product(x, y, w, ix, iy, io)
   curve = lambda t: jaxext.transit_light_curve(t, period=3.0, t0=0.0, a=10.0, impact=0.3, r=0.1,
                                                u=u)
@@ -588,11 +602,10 @@ def _explicit_cases():
 
 
 @pytest.mark.parametrize("case", list(_explicit_cases()))
-def test_explicit_sharding_types_results_split(case):
+def test_explicit_sharding_types_results_split(explicit_mesh, case):
   fn, args, specs = _explicit_cases()[case]
-  mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
   want = jax.jit(fn)(*args)
-  with jax.set_mesh(mesh):
+  with jax.set_mesh(explicit_mesh):
     split = [jax.device_put(a, P("x")) for a in args]
     got = _assert_local(fn, *split)
     types = jax.eval_shape(fn, *split)
@@ -603,15 +616,34 @@ def test_explicit_sharding_types_results_split(case):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-12, atol=1e-12)
 
 
+def _run_explicit(mesh, fn, args, specs, loss):
+  """fn and the gradient of loss with respect to every float operand, jitted on the operands put
+  with `specs` on the explicit mesh: (the operands as put, the float operands' indices, results,
+  gradients, and both unsharded)."""
+  floats = tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
+  grad = jax.grad(loss, argnums=floats)
+  with jax.set_mesh(mesh):
+    put = [jax.device_put(a, s) for a, s in zip(args, specs)]
+    out, grads = jax.jit(fn)(*put), jax.jit(grad)(*put)
+  return put, floats, out, grads, jax.jit(fn)(*args), jax.jit(grad)(*args)
+
+
+def _assert_typed_as(cotangent, operand):
+  """The gradient's sharding is its operand's type (jax requires a cotangent to be typed so)."""
+  full = lambda spec: tuple(spec) + (None,) * (cotangent.ndim - len(spec))
+  assert full(cotangent.sharding.spec) == full(jax.typeof(operand).sharding.spec), (
+      cotangent.sharding, operand.sharding)
+
+
 @pytest.mark.parametrize("case", ["segment_sum", "gather", "conv"])
-def test_explicit_sharding_graph_ops(case):
+def test_explicit_sharding_graph_ops(explicit_mesh, case):
   # A graph's ops need every row on every device: split operands are replicated first (before,
   # jax refused their sorts and indexing), the results are typed replicated, and each gradient is
   # typed as its operand.
   from jaxext import equivariant as eq
   rng = np.random.default_rng(19)
-  ix, iy, io = "4x0e+4x1o", "0e+1o", "4x0e+4x1o"
-  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  ix, iy, io = _SMALL_IRREPS
+  nw = _num_weights(ix, iy, io)
   x, y, w = rng.normal(size=(8, 16)), rng.normal(size=(64, 4)), rng.normal(size=(64, nw))
   senders, receivers = rng.integers(0, 8, 64), rng.integers(0, 8, 64)
   split, whole = P("x"), P()
@@ -621,18 +653,13 @@ def test_explicit_sharding_graph_ops(case):
       "conv": (lambda x, y, w, s, r: eq.conv(x, y, w, s, r, 8, ix, iy, io),
                (x, y, w, senders, receivers), (whole, split, split, split, split)),
   }[case]
-  floats = tuple(i for i, a in enumerate(args) if a.dtype.kind == "f")
-  grad = jax.grad(lambda *a: jnp.sum(fn(*a) ** 2), argnums=floats)
-  mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
-  with jax.set_mesh(mesh):
-    put = [jax.device_put(a, s) for a, s in zip(args, specs)]
-    out, grads = jax.jit(fn)(*put), jax.jit(grad)(*put)
+  put, floats, out, grads, want, want_grads = _run_explicit(
+      explicit_mesh, fn, args, specs, lambda *a: jnp.sum(fn(*a) ** 2))
   assert all(e is None for e in out.sharding.spec)
-  np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(fn)(*args)), rtol=1e-12)
-  for i, g, want in zip(floats, grads, jax.jit(grad)(*args)):
-    full = lambda spec: tuple(spec) + (None,) * (g.ndim - len(spec))
-    assert full(g.sharding.spec) == full(jax.typeof(put[i]).sharding.spec), (g.sharding, i)
-    np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-12)
+  np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-12)
+  for i, g, w in zip(floats, grads, want_grads):
+    _assert_typed_as(g, put[i])
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-12)
 
 
 def _explicit_mixed_cases():
@@ -640,8 +667,8 @@ def _explicit_mixed_cases():
   from jaxext import ode
   rng = np.random.default_rng(20)
   u = jnp.array([0.4, 0.2])
-  ix, iy, io = "4x0e+4x1o", "0e+1o", "4x0e+4x1o"
-  nw = sum(int(ix.split("+")[i1].split("x")[0]) for i1, _, _ in eq.paths(ix, iy, io))
+  ix, iy, io = _SMALL_IRREPS
+  nw = _num_weights(ix, iy, io)
   t = np.tile(np.linspace(-0.2, 0.2, 16), (4, 1))
   periods = np.array([[2.5], [3.0], [3.5], [4.0]])
   curve = lambda t, p: jaxext.transit_light_curve(t, period=p, t0=0.0, a=10.0, impact=0.3, r=0.1,
@@ -668,19 +695,14 @@ def _explicit_mixed_cases():
 
 
 @pytest.mark.parametrize("case", list(_explicit_mixed_cases()))
-def test_explicit_sharding_mixed_operands(case):
+def test_explicit_sharding_mixed_operands(explicit_mesh, case):
   # Operands split and replicated side by side (or batched graph ops split along the batch):
   # values and gradients as unsharded, each gradient typed as its operand (jax requires it).
   fn, args, specs = _explicit_mixed_cases()[case]
-  floats = tuple(range(len(args)))
-  grad = jax.grad(lambda *a: _sum_outputs(fn(*a)) ** 2, argnums=floats)
-  mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
-  with jax.set_mesh(mesh):
-    put = [jax.device_put(a, s) for a, s in zip(args, specs)]
-    out, grads = jax.jit(fn)(*put), jax.jit(grad)(*put)
-  for g, w in zip(jax.tree.leaves(out), jax.tree.leaves(jax.jit(fn)(*args))):
+  put, _, out, grads, want, want_grads = _run_explicit(
+      explicit_mesh, fn, args, specs, lambda *a: _sum_outputs(fn(*a)) ** 2)
+  for g, w in zip(jax.tree.leaves(out), jax.tree.leaves(want)):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-12, atol=1e-12)
-  for a, g, w in zip(put, grads, jax.jit(grad)(*args)):
-    full = lambda spec: tuple(spec) + (None,) * (g.ndim - len(spec))
-    assert full(g.sharding.spec) == full(jax.typeof(a).sharding.spec), (g.sharding, a.sharding)
+  for a, g, w in zip(put, grads, want_grads):
+    _assert_typed_as(g, a)
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-12)

@@ -513,8 +513,8 @@ def _partitioned(ctx, args, kernel, outs, nbatch, bmasks, target, attrs):
     result_types = lambda *xs: tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in ctx.avals_out)
   per_shard = _sharding.ffi_per_shard(target, result_types, **attrs)
   return _sharding.lower(ctx, args, per_shard,
-                         *_factors(*in_avals, kernel=kernel, outs=outs, nbatch=nbatch,
-                                   bmasks=bmasks))
+                         *numba_call_p.factors(*in_avals, kernel=kernel, outs=outs, nbatch=nbatch,
+                                               bmasks=bmasks))
 
 
 def _elementwise(in_avals, kernel, outs, nbatch) -> bool:
