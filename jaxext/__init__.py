@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 _ffi.register_all()
 platforms = _ffi.platforms
+disabled_checks = _ffi.disabled_checks
 
 
 def _numba_bridge(what: str, extra: str):
@@ -91,6 +92,7 @@ def numba_cuda_kernel(outputs: OutputsFn, *, grid: GridSpec | None = None,
 
 __all__ = [
     "__version__",
+    "disabled_checks",
     "equivariant",
     "kepler",
     "kepler_p",

@@ -17,6 +17,7 @@ jaxext._jax_compat then lowers every op the CUDA way: a CPU process runs what a 
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import importlib.util
 import os
@@ -162,6 +163,75 @@ def register_all() -> dict[str, tuple[str, ...]]:
         names.append(name)
       _registered[platform] = tuple(sorted(names))
     return _registered
+
+
+def _xla_platform(platform: str) -> str:
+  """XLA's name of a platform jaxext has handlers for ("cpu", "CUDA"), from either spelling."""
+  name = {"cpu": "cpu", "cuda": "CUDA"}.get(platform.lower())
+  if name is None:
+    raise ValueError(f"jaxext has handlers for the platforms cpu and cuda; got {platform!r}")
+  return name
+
+
+def declared_targets(platform: str) -> tuple[str, ...]:
+  """Every FFI target a complete build of this version of jaxext has on `platform` ("cpu" or
+  "cuda"), whether or not this installation has that platform's handlers."""
+  key = _xla_platform(platform).lower()
+  return tuple(sorted([*_SYMBOLS, *(n for n, p in _STAGED_SYMBOLS.items() if key in p)]))
+
+
+@functools.cache
+def _runs_here(platform: str) -> bool:
+  """Whether this process has a jax backend for `platform` (its backends are made once)."""
+  try:
+    return bool(jax.devices(platform.lower()))
+  except RuntimeError:
+    return False
+
+
+def lowering_targets(platform: str) -> tuple[str, ...] | None:
+  """The FFI targets a lowering for `platform` may call.
+
+  The handlers registered here, where this build has the platform's. Else, for a platform this
+  process does not run (jax.export(..., platforms=("cuda",)) on a machine without a GPU, or
+  ("cpu", "cuda") together): those of a complete build of this version, the one that must run
+  what is exported; for a platform it runs: None (it would fail there).
+  """
+  platform = _xla_platform(platform)
+  registered = register_all()
+  if platform in registered:
+    return registered[platform]
+  if not _runs_here(platform):
+    return declared_targets(platform)
+  return None
+
+
+def has_target(platform: str, name: str) -> bool:
+  """Whether a lowering for `platform` may call the FFI target `name` (lowering_targets)."""
+  return name in (lowering_targets(platform) or ())
+
+
+def require(platform: str, op: str) -> None:
+  """Raises NotImplementedError naming `op` where a lowering for `platform` has no handlers."""
+  if lowering_targets(platform) is None:
+    raise NotImplementedError(
+        f"{op} has no {_xla_platform(platform)} kernel in this build of jaxext (available: "
+        f"{', '.join(register_all()) or 'none'})")
+
+
+def disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
+  """The jax.export safety checks to disable so that jax.export serializes jaxext's calls:
+
+      exported = jax.export.export(jax.jit(f), disabled_checks=jaxext.disabled_checks())(x)
+
+  jax refuses to serialize a call to an FFI target it does not know to be stable; this lists
+  every target of jaxext's, on every platform. An exported function runs where this version of
+  jaxext is installed (importing jaxext registers its handlers); the targets' operands and
+  attributes may change between versions, as jax.export's stability promise covers only jax's
+  own targets.
+  """
+  names = sorted({*declared_targets("cpu"), *declared_targets("CUDA")})
+  return [jax.export.DisabledSafetyCheck.custom_call(name) for name in names]
 
 
 def register_native_function(function_id: int, address: int, *, lanes: bool = False) -> None:

@@ -4,7 +4,8 @@ Everything with a public equivalent is used publicly elsewhere (`jax.extend.core
 `jax.ffi`, `jax.core.ShapedArray`, `jax.numpy`). What a primitive still needs that jax exposes only
 through `jax.interpreters` (its rule registries and a few helpers) is wrapped here:
 
-* `register_lowering(prim, rule, platform)`   mlir.register_lowering
+* `register_lowering(prim, rule, platform)`   mlir.register_lowering (several platforms at once
+                                              too: jax.export(..., platforms=("cpu", "cuda")))
 * `register_jvp(prim, rule)`                  ad.primitive_jvps
 * `register_batching(prim, rule)`             batching.primitive_batchers
 * `register_transpose(prim, rule)`, `is_undefined_primal(x)`, `undefined_primal_aval(x)`
@@ -25,6 +26,7 @@ through `jax.interpreters` (its rule registries and a few helpers) is wrapped he
                                               under explicit sharding the splits its factors give
 * `varying_axes(aval)`, `match_varying(args)`  those axes; operands cast to vary alike
 * `in_shard_map(ctx)`                         whether a lowering runs inside jax.shard_map
+* `for_export(ctx)`                           whether a lowering is for jax.export
 * `is_split(aval)`                            whether explicit sharding splits a value's type
 
 Supported: jax 0.10.0 (the FFI floor) through 0.12.x; `tests/compat_test.py` checks the gates.
@@ -32,6 +34,7 @@ Supported: jax 0.10.0 (the FFI floor) through 0.12.x; `tests/compat_test.py` che
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -104,13 +107,43 @@ def register_lowering(prim, rule, platform: str | None, *, partitioned: bool = F
   _register_lowering(prim, rule, platform, partitioned)
 
 
+# prim -> {platform (None: any other): rule}, for the partitioned primitives (_register_lowering).
+_platform_rules: dict = {}
+
+
 def _register_lowering(prim, rule, platform, partitioned):
   if not partitioned:
     mlir.register_lowering(prim, rule, platform=platform)
     return
-  from jax._src import dispatch
-  mlir.register_lowering(prim, rule, platform=platform, cacheable=False)
-  dispatch.prim_requires_devices_during_lowering.add(prim)
+  # An uncacheable primitive with rules for several platforms cannot be lowered for several at
+  # once (jax.export(..., platforms=("cpu", "cuda"))): jax's lower_per_platform then fails
+  # ("can only concatenate list (not "tuple") to list", jax 0.10 .. 0.12: the uncached path's
+  # rule context holds its result avals in a tuple). jax is given one rule for every platform,
+  # which picks the platform's own (_lower_per_platform).
+  if platform not in (None, "cpu", "cuda"):  # (jax's own registry would expand "gpu")
+    raise ValueError(f"{prim}: a partitioned lowering is for cpu, cuda or None; got {platform!r}")
+  rules = _platform_rules.setdefault(prim, {})
+  rules[platform] = rule
+  if len(rules) == 1:
+    from jax._src import dispatch  # noqa: PLC0415 - no public equivalent
+    mlir.register_lowering(prim, functools.partial(_lower_per_platform, prim), cacheable=False)
+    dispatch.prim_requires_devices_during_lowering.add(prim)
+
+
+def _lower_per_platform(prim, ctx, *args, **params):
+  from jax._src.interpreters import mlir as mlir_internal  # noqa: PLC0415 - no public equivalent
+  rules = _platform_rules[prim]
+  platforms = mlir_internal._platforms_for_eqn(ctx)
+  if len(platforms) == 1:
+    rule = rules.get(platforms[0], rules.get(None))
+    if rule is None:
+      raise NotImplementedError(f"{prim} has no lowering for platform {platforms[0]} (jaxext "
+                                f"lowers it for {', '.join(p for p in rules if p)})")
+    return rule(ctx, *args, **params)
+  # No jaxext primitive has effects (no tokens to thread through the platforms' branches).
+  return mlir_internal.lower_per_platform(
+      ctx.replace(avals_out=list(ctx.avals_out)), str(prim),
+      {p: r for p, r in rules.items() if p is not None}, rules.get(None), set(), *args, **params)
 
 
 def in_shard_map(ctx) -> bool:
@@ -120,6 +153,12 @@ def in_shard_map(ctx) -> bool:
   from jax._src import sharding_impls  # noqa: PLC0415 - no public equivalent
   context = ctx.module_context.axis_context
   return isinstance(context, sharding_impls.SPMDAxisContext) and bool(context.manual_axes)
+
+
+def for_export(ctx) -> bool:
+  """Whether a lowering is for jax.export (whose modules cannot hold custom_partitioning's
+  callbacks: they live in the exporting process)."""
+  return bool(getattr(ctx.module_context.lowering_parameters, "for_export", False))
 
 
 def lower_fun(fun, multiple_results: bool):

@@ -132,9 +132,11 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
   parameters): each device's result is then its shard's partial sum, added up across the mesh
   axes that split those factors (an all-reduce of the small result, not a gather of the inputs).
   """
-  if not any(_splittable(f) for f in operands) or compat.in_shard_map(ctx):
+  if not any(_splittable(f) for f in operands) or compat.in_shard_map(ctx) or compat.for_export(ctx):
     # Nothing may be split, or inside shard_map (each device's block is the call's; along axes
-    # shard_map leaves automatic, XLA replicates the call): the call itself.
+    # shard_map leaves automatic, XLA replicates the call), or for jax.export (custom
+    # partitioning's callbacks cannot be serialized: a sharded module gathers the call's
+    # operands and runs it whole on each device): the call itself.
     return compat.lower_fun(per_shard, multiple_results=True)(ctx, *args)
   text, need_replication = rule(operands, results)
 

@@ -86,10 +86,7 @@ def _target_name(dtype) -> str:
 
 
 def _lowering(ctx, m, e, *, platform):
-  if platform not in _ffi.register_all():
-    raise NotImplementedError(
-        f"jaxext.kepler has no {platform} kernel in this build of jaxext "
-        f"(available: {', '.join(_ffi.register_all())})")
+  _ffi.require(platform, "jaxext.kepler")
   (aval_m, _) = ctx.avals_in
   like = lambda m, e: (jax.ShapeDtypeStruct(m.shape, m.dtype),) * 2
   return _sharding.lower(ctx, (m, e), _sharding.ffi_per_shard(_target_name(aval_m.dtype), like),

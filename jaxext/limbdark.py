@@ -159,10 +159,7 @@ def _target_name(dtype, grad: int) -> str:
 
 
 def _lowering(ctx, b, r, u, *, grad, platform):
-  if platform not in _ffi.register_all():
-    raise NotImplementedError(
-        f"jaxext.limb_dark_flux has no {platform} kernel in this build of jaxext "
-        f"(available: {', '.join(_ffi.register_all())})")
+  _ffi.require(platform, "jaxext.limb_dark_flux")
   def like(b, r, u):
     return _result_avals(b.shape, b.dtype, u.shape[-1], grad, jax.ShapeDtypeStruct)
 

@@ -262,10 +262,7 @@ _eager.def_jit_impl(transit_p)
 
 
 def _check_platform(platform):
-  if platform not in _ffi.register_all():
-    raise NotImplementedError(
-        f"jaxext.transit_light_curve has no {platform} kernel in this build of jaxext "
-        f"(available: {', '.join(_ffi.register_all())})")
+  _ffi.require(platform, "jaxext.transit_light_curve")
 
 
 def _target_name(kind: str, dtype) -> str:

@@ -1116,7 +1116,6 @@ def _export_cuda(fn, *args):
 
 
 def test_cuda_lowering():
-  from jaxext import _ffi
   nodes, edges = 12, 60
   x, _, w, snd, rcv = _conv_inputs(nodes, edges, 32)
   vec = np.random.default_rng(33).normal(size=(edges, 3))
@@ -1128,10 +1127,7 @@ def test_cuda_lowering():
     return jnp.sum(h ** 2) + jnp.sum(eq.segment_sum(t, rcv, nodes) ** 3)
 
   grad = jax.grad(energy, argnums=(0, 1, 2))
-  if "CUDA" not in _ffi.register_all():  # a CPU-only build says so
-    with pytest.raises(NotImplementedError, match="CUDA|cuda"):
-      _export_cuda(grad, x, w, vec)
-    return
+  # A CPU-only build lowers for CUDA too (for jax.export), with every CUDA target of the version.
   text = _export_cuda(grad, x, w, vec)
   for target in _TARGETS:
     assert f"@{target}" in text, target

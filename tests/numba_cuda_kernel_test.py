@@ -326,3 +326,6 @@ def test_cpu_kernel_lowered_for_cuda_says_so():
 def test_handler_registered_for_cuda():
   from jaxext import _ffi
   assert "jaxext_numba_cuda_call" in _ffi.register_all().get("CUDA", ())
+  # the CUDA extension's targets are the declared ones (what a process without them lowers
+  # for, and jaxext.disabled_checks() names), one for one
+  assert set(_ffi.register_all()["CUDA"]) == set(_ffi.declared_targets("cuda"))

@@ -1322,10 +1322,7 @@ def test_cuda_lowering():
   run = lambda y, p: ode.dop853(model, y, (0.0, 600.0), p,
                                 events=[models.altitude_event(100.0)]).y_final
   print("registered platforms:", sorted(_ffi.register_all()))
-  if "CUDA" not in _ffi.register_all():  # a CPU-only build says so
-    with pytest.raises(NotImplementedError, match="CUDA"):
-      _export_cuda(run, y0, b)
-    return
+  # A CPU-only build lowers for CUDA too (for jax.export): the handlers run where it is loaded.
   text = _export_cuda(run, y0, b)
   assert text.count("@jaxext_dop853") >= 1 and "sensitivities = 0" in text
   grad = _export_cuda(jax.grad(lambda y, p: ode.dop853(model, y, (0.0, 600.0), p).y_final.sum()),

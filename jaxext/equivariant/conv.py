@@ -266,8 +266,7 @@ def node_tasks(ranges, task_edges=TASK_EDGES):
 
 
 def _lowering(ctx, *args, mode, key, platform, checked):
-  if platform not in _ffi.register_all():
-    raise NotImplementedError(f"jaxext.equivariant.conv has no {platform} kernel in this build")
+  _ffi.require(platform, "jaxext.equivariant.conv")
   spec = _spec(*key)
   aval = ctx.avals_out[0]
   out = jax.ShapeDtypeStruct(aval.shape, aval.dtype)
@@ -492,7 +491,7 @@ def _bwd_abstract_eval(*args, which, key):
 
 
 def _cpu_handler(name):
-  return name in _ffi.register_all().get("cpu", ())
+  return _ffi.has_target("cpu", name)
 
 
 def _factored_lowering(ctx, *args, key, platform):
@@ -532,7 +531,7 @@ def _bwd_lowering(ctx, *args, which, key, platform):
   edge_cts = None
   # JAXEXT_CONV_EDGE_CTS=separate, read as a function is lowered: each mode's own call instead
   # (A/B comparisons in one process: tools/gpu_checks.py).
-  if (platform == "cuda" and "jaxext_conv_edge_cts" in _ffi.register_all().get("CUDA", ()) and
+  if (platform == "cuda" and _ffi.has_target("CUDA", "jaxext_conv_edge_cts") and
       os.environ.get("JAXEXT_CONV_EDGE_CTS") != "separate"):
     edge_cts = functools.partial(_edge_cts, key=key)
   return compat.lower_fun(

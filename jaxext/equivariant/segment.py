@@ -95,9 +95,7 @@ _eager.def_jit_impl(segment_sum_p)
 
 
 def _lowering(ctx, data, ids, *, num_segments, sorted, platform):
-  if platform not in _ffi.register_all():
-    raise NotImplementedError(f"jaxext.equivariant.segment_sum has no {platform} kernel in this "
-                              "build")
+  _ffi.require(platform, "jaxext.equivariant.segment_sum")
   (aval, _) = ctx.avals_in
   out = jax.ShapeDtypeStruct((num_segments,) + aval.shape[1:], aval.dtype)
   if platform == "cpu":

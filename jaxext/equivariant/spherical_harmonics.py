@@ -142,9 +142,7 @@ _eager.def_jit_impl(sph_p)
 
 
 def _lowering(ctx, x, *, lmax, platform):
-  if platform not in _ffi.register_all():
-    raise NotImplementedError(f"jaxext.equivariant.spherical_harmonics has no {platform} kernel "
-                              "in this build")
+  _ffi.require(platform, "jaxext.equivariant.spherical_harmonics")
   def result_types(xs):
     return (jax.ShapeDtypeStruct(xs.shape[:-1] + ((lmax + 1) ** 2,), xs.dtype),)
 

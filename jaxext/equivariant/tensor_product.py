@@ -342,9 +342,7 @@ _eager.def_jit_impl(tp_p)
 
 
 def _lowering(ctx, a, b, c, *, mode, key, platform):
-  if platform not in _ffi.register_all():
-    raise NotImplementedError(f"jaxext.equivariant.tensor_product has no {platform} kernel in "
-                              "this build")
+  _ffi.require(platform, "jaxext.equivariant.tensor_product")
   spec = _spec(*key)
   attrs = ffi_attrs(spec, mode)
 
@@ -584,7 +582,7 @@ def _bwd_lowering(ctx, *args, which, key, platform):
   # JAXEXT_TP_EDGE_CTS=separate, read as a function is lowered: each mode's own call instead
   # (A/B comparisons in one process: tools/gpu_checks.py).
   if (platform == "cuda" and
-      "jaxext_tensor_product_edge_cts" in _ffi.register_all().get("CUDA", ()) and
+      _ffi.has_target("CUDA", "jaxext_tensor_product_edge_cts") and
       os.environ.get("JAXEXT_TP_EDGE_CTS") != "separate"):
     edge_cts = lambda *xs: _tp_edge_cts_p.bind(*xs, key=key)
   return compat.lower_fun(

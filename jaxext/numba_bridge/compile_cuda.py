@@ -125,6 +125,11 @@ def _import_numba_cuda():
       from numba.cuda import compiler  # noqa: F401 - fails here if numba-cuda is broken
   except ImportError as err:
     raise ImportError(_NEEDS_NUMBA_CUDA) from err
+  except Exception as err:  # noqa: BLE001 - numba-cuda loads CUDA libraries as it imports
+    # e.g. numba-cuda without its [cu13] extra, on a machine without the CUDA toolkit (exporting
+    # for CUDA from a CPU host): cuda.pathfinder's DynamicLibNotFoundError for libcudart
+    raise ImportError(f"{_NEEDS_NUMBA_CUDA}, with the CUDA libraries it loads (its [cu13] extra, "
+                      f"or a CUDA toolkit); importing it failed: {err}") from err
   return cuda
 
 

@@ -477,8 +477,7 @@ def _wrong_platform(kernel, platform):
 def _lowering(ctx, *args, kernel, content, items, outs, nbatch, bmasks):
   if kernel.platform != "cpu":
     raise _wrong_platform(kernel, "cpu")
-  if "cpu" not in _ffi.register_all():
-    raise NotImplementedError("jaxext.numba_kernel: this build of jaxext has no CPU extension")
+  _ffi.require("cpu", "jaxext.numba_kernel")
   entry = kernel.entry(_signature(ctx.avals_in, bmasks, outs, items))
   _ffi.register_native_function(entry.kernel_id, entry.address)
   return _partitioned(ctx, args, kernel, outs, nbatch, bmasks, _TARGET, dict(
@@ -553,7 +552,7 @@ def _core_avals(avals, bmasks):
 def _cuda_lowering(ctx, *args, kernel, content, items, outs, nbatch, bmasks):
   if kernel.platform != "cuda":
     raise _wrong_platform(kernel, "CUDA")
-  _ffi.register_all()  # registers the CUDA handler when this build has it (else XLA says so)
+  _ffi.require("cuda", "jaxext.numba_cuda_kernel")
   from jaxext.numba_bridge import compile_cuda
   entry = kernel.cuda_entry(_signature(ctx.avals_in, bmasks, outs, items))
   grid, block = kernel.launch_dims(_core_avals(ctx.avals_in, bmasks), outs, items)

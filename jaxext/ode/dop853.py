@@ -731,8 +731,7 @@ def _lowering(ctx, y0, params, t_span, t_eval, *, platform, user, name, model, r
         raise NotImplementedError(
             f"jaxext.ode.dop853 '{name}': derivatives on CUDA integrate n + n (n + p) <= "
             f"{_CUDA_MAX_AUGMENTED} components; got n = {n}, p = {p}")
-  if platform not in _ffi.register_all():
-    raise NotImplementedError(f"jaxext.ode.dop853: no {platform} kernels in this build")
+  _ffi.require(platform, "jaxext.ode.dop853")
   ids = dict(rhs_id=0, jac_id=0, event_ids=[0] * len(events), device_code="")
   if user is not None:
     ids = _user_attrs(user, "cpu" if platform == "cpu" else "cuda", name, dtype, n, p,
