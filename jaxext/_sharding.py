@@ -132,7 +132,8 @@ def lower(ctx, args, per_shard, operands: list[Factors], results: list[Factors],
   parameters): each device's result is then its shard's partial sum, added up across the mesh
   axes that split those factors (an all-reduce of the small result, not a gather of the inputs).
   """
-  if not any(_splittable(f) for f in operands) or compat.in_shard_map(ctx) or compat.for_export(ctx):
+  if (not any(_splittable(f) for f in operands) or compat.in_shard_map(ctx)
+      or compat.for_export(ctx)):
     # Nothing may be split, or inside shard_map (each device's block is the call's; along axes
     # shard_map leaves automatic, XLA replicates the call), or for jax.export (custom
     # partitioning's callbacks cannot be serialized: a sharded module gathers the call's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -64,7 +64,10 @@ def rows_operand(x: Any, name: str) -> jax.Array:
 
 def static_count(value, name: str) -> int:
   """`value` as a static int >= 0 (a count of nodes, segments, outputs), or a TypeError /
-  ValueError naming it."""
+  ValueError naming it. A symbolic dimension (an array's size under a shape-polymorphic
+  jax.export, e.g. `x.shape[0]`) is taken as it is."""
+  if jax.export.is_symbolic_dim(value):
+    return cast(int, value)  # (jax types shapes' sizes as ints too)
   try:
     n = operator.index(value)
   except TypeError:

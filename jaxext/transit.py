@@ -328,7 +328,10 @@ def _uses_flux_series(t_shape, num_row_axes, oversample):
   jit's sharding; inside a user's shard_map, the per-shard ones). The derivative kernels always
   take the exact occultation: their derivatives are those of the exact model, and the flux they
   return may differ from this one at that ~1e-15 level."""
-  return math.prod(t_shape[num_row_axes:]) * oversample >= FLUX_SERIES_MIN_POINTS
+  points = math.prod(t_shape[num_row_axes:]) * oversample
+  if jax.export.is_symbolic_dim(points):  # a shape-polymorphic export: any size, so exact
+    return False
+  return points >= FLUX_SERIES_MIN_POINTS
 
 
 
@@ -452,8 +455,8 @@ def _vjp_lowering(ctx, t, q, u, ct, *, oversample, platform):
   nrows = len(rows)
 
   def per_shard(t, q, u, ct):
-    per_row = int(np.prod(t.shape[nrows:], dtype=np.int64))
-    blocks = -(-per_row // VJP_BLOCK) if t.size else 0
+    per_row = math.prod(t.shape[nrows:])  # (symbolic under a shape-polymorphic jax.export)
+    blocks = -(-per_row // VJP_BLOCK)  # (none for no points; any for no rows: no sums either way)
     lead = t.shape[:nrows]
     ct_t, sq, su = jax.ffi.ffi_call(
         _target_name("vjp", t.dtype),

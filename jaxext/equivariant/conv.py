@@ -80,7 +80,8 @@ def conv(x, edge_sh, edge_weights, senders, receivers, num_nodes, irreps_x=None,
     senders, receivers: (E,) integer node indices (any integer dtype), in any order (sorted
       inside, stably); an index outside [0, num_senders) or [0, num_nodes) raises when the
       computation runs (on CUDA, where a kernel cannot raise, the whole result is NaN).
-    num_nodes: static number of output nodes.
+    num_nodes: static number of output nodes (or a symbolic size, e.g. x.shape[0] under a
+      shape-polymorphic jax.export).
     irreps_x, irreps_sh, irreps_out: irreps strings or e3nn_jax.Irreps; irreps_out is required.
     irrep_normalization, path_normalization, gradient_normalization: as tensor_product's.
     edge_weights_kernel: None, or (k, number of weights): the weights are then

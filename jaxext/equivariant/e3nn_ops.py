@@ -269,7 +269,7 @@ def tensor_product(input1: IrrepsArray, input2: IrrepsArray, *,
   want = _result_dtype(input1, input2)
   dtype = jnp.result_type(x, y)
   lead = jnp.broadcast_shapes(x.shape[:-1], y.shape[:-1])
-  rows = int(np.prod(lead, dtype=np.int64))
+  rows = math.prod(lead)  # (symbolic under a shape-polymorphic jax.export)
   flat = lambda a: jnp.broadcast_to(a.astype(dtype), lead + a.shape[-1:]).reshape(
       rows, a.shape[-1])
   w = jnp.broadcast_to(jnp.asarray(scale, dtype), (rows, scale.size))
@@ -290,7 +290,8 @@ def tensor_product_conv(x: IrrepsArray, sh: IrrepsArray, senders: ArrayLike,
   Args:
     x: IrrepsArray (num_senders, dim); sh: IrrepsArray (E, dim), multiplicities 1.
     senders, receivers: (E,) integer node ids (out of range: as jaxext.equivariant.conv).
-    num_nodes: static number of output nodes.
+    num_nodes: static number of output nodes (or a symbolic size, e.g. x.shape[0] under a
+      shape-polymorphic jax.export).
     weights: None, or broadcastable to (E, num_irreps of the product's output): one scalar per
       output irrep copy and edge, in the output's order: what `IrrepsArray * weights`
       multiplies in e3nn-jax, under each irrep normalisation (with e3nn_jax.config's

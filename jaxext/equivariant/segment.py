@@ -56,7 +56,7 @@ def segment_sum(data, segment_ids, num_segments, indices_are_sorted=False):
     data: (E, ...) float32 or float64, or an e3nn_jax.IrrepsArray (the result is then one of the
       same irreps).
     segment_ids: (E,) integers (any integer dtype).
-    num_segments: static int >= 0.
+    num_segments: static int >= 0 (or a symbolic size under a shape-polymorphic jax.export).
   """
   like = _e3nn.first_irreps_array(data)
   data, terms = _e3nn.unwrap(data, "data")

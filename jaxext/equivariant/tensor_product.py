@@ -268,7 +268,7 @@ def tensor_product(x, y, weights, irreps_x=None, irreps_y=None, irreps_out=None,
                        gradient_normalization)
   if scale is not None:
     weights = weights * jnp.asarray(scale, dtype)
-  rows = int(np.prod(lead, dtype=np.int64))
+  rows = math.prod(lead)  # (symbolic under a shape-polymorphic jax.export)
   flat = lambda a: jnp.broadcast_to(a.astype(dtype), lead + a.shape[-1:]).reshape(
       rows, a.shape[-1])
   out = tp_p.bind(flat(x), flat(y), flat(weights), mode=OUT, key=(tx, ty, to))
