@@ -123,3 +123,23 @@ def test_the_route_applies_inside_the_block_only():
 
 if __name__ == "__main__":
   sys.exit(pytest.main([__file__, "-q"] + sys.argv[1:]))
+
+
+def test_routed_model_exported_for_cpu_and_cuda():
+  # The routed potential serialized with jax.export for both platforms, as for deployment into an
+  # MD engine: the same energy and forces when run back. (jax-md's NeighborList holds a type
+  # jax.export cannot serialize, so the exported function takes the neighbour indices.)
+  import jaxext  # noqa: PLC0415
+  pos, nbrs, init_fn, energy_fn = _model(64, 2)
+  params = init_fn(jax.random.PRNGKey(0), pos, nbrs)
+  with jaxext_jax_md.nequip():
+    energy_and_grad = jax.jit(jax.value_and_grad(
+        lambda p, x, idx: energy_fn(p, x, nbrs.set(idx=idx)), argnums=1))
+    want = energy_and_grad(params, pos, nbrs.idx)
+    exported = jax.export.export(energy_and_grad, platforms=("cpu", "cuda"),
+                                 disabled_checks=jaxext.disabled_checks())(params, pos, nbrs.idx)
+  text = exported.mlir_module()
+  assert "custom_call @jaxext_conv(" in text and "custom_call @jaxext_conv_edge_cts(" in text
+  got = jax.export.deserialize(exported.serialize()).call(params, pos, nbrs.idx)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-14)
+  np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14 * np.max(np.abs(want[1])))
