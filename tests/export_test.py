@@ -188,6 +188,15 @@ def test_exported_for_cuda_here_runs_on_the_cuda_handlers(tmp_path):
     assert exported.platforms == ("cuda",)
     cases[name] = (exported.serialize(), args)
     want[name] = _leaves(jax.jit(fn)(*args))
+  # Shape-polymorphic modules, each run at two sizes: the CUDA lowering sizes the graph's tasks
+  # and partial rows (runs of more than 128 edges are cut) and the block sums from the symbols.
+  for name in ("graph_grad", "transit_grad"):
+    fn, specs, make = _polymorphic_cases()[name]
+    blob = _export(fn, specs, ("cuda",), [platform]).serialize()
+    for n, e in ((5, 17), (4, 900)):  # (~225 edges a node)
+      args = make(n, e)
+      cases[f"{name}_{n}_{e}"] = (blob, args)
+      want[f"{name}_{n}_{e}"] = _leaves(jax.jit(fn)(*args))
   with open(tmp_path / "cases.pkl", "wb") as f:
     pickle.dump(cases, f)
   env = dict(os.environ, JAXEXT_CUDA_EMULATION=os.path.abspath(emu))
