@@ -190,10 +190,11 @@ def test_exported_for_cuda_here_runs_on_the_cuda_handlers(tmp_path):
     want[name] = _leaves(jax.jit(fn)(*args))
   # Shape-polymorphic modules, each run at two sizes: the CUDA lowering sizes the graph's tasks
   # and partial rows (runs of more than 128 edges are cut) and the block sums from the symbols.
-  for name in ("graph_grad", "transit_grad"):
+  for name, sizes in (("graph_grad", [(5, 17), (4, 900)]),  # (~225 edges a node)
+                      ("transit_grad", [(5, 1), (9000, 1)])):  # (3 blocks of points)
     fn, specs, make = _polymorphic_cases()[name]
     blob = _export(fn, specs, ("cuda",), [platform]).serialize()
-    for n, e in ((5, 17), (4, 900)):  # (~225 edges a node)
+    for n, e in sizes:
       args = make(n, e)
       cases[f"{name}_{n}_{e}"] = (blob, args)
       want[f"{name}_{n}_{e}"] = _leaves(jax.jit(fn)(*args))
@@ -249,6 +250,9 @@ def _transit_curve(t, p):
                                     u=jnp.array([0.4, 0.26]))
 
 
+_CONST_IDS = np.random.default_rng(4).integers(0, 3, (2, 17)).astype(np.int32)
+
+
 def _polymorphic_cases():
   """name: (function, its argument specs in the symbols n (nodes, points) and e (edges), and
   arguments for given n and e)."""
@@ -271,6 +275,12 @@ def _polymorphic_cases():
                      (f64(n, 32), f64(e, 3), f64(e, nw), i32(e), i32(e)),
                      lambda n, e: (rng.normal(size=(n, 32)), rng.normal(size=(e, 3)),
                                    rng.normal(size=(e, nw)), ids(n, e), ids(n, e))),
+      # a graph given as constants (ids in [0, 3)) with the node count symbolic
+      "constant_graph_grad": (
+          jax.grad(lambda x, v, w: _graph_loss(x, v, w, _CONST_IDS[0], _CONST_IDS[1]),
+                   argnums=(0, 1, 2)), (f64(n, 32), f64(17, 3), f64(17, nw)),
+          lambda n, e: (rng.normal(size=(n, 32)), rng.normal(size=(17, 3)),
+                        rng.normal(size=(17, nw)))),
       "e3nn_grad": (jax.grad(_e3nn_loss, argnums=(0, 1)), (f64(n, 32), f64(e, 3), i32(e), i32(e)),
                     lambda n, e: (rng.normal(size=(n, 32)), rng.normal(size=(e, 3)), ids(n, e),
                                   ids(n, e))),
@@ -278,7 +288,7 @@ def _polymorphic_cases():
 
 
 @pytest.mark.parametrize("case", ["kepler_grad", "transit", "transit_grad", "graph_grad",
-                                  "e3nn_grad"])
+                                  "constant_graph_grad", "e3nn_grad"])
 def test_shape_polymorphic_export_for_cpu_and_cuda(case):
   # One export for any number of points, or of nodes and edges (an MD potential's atoms and
   # neighbour list): counts given as x.shape[0] are symbolic there too.

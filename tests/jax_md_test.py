@@ -121,10 +121,6 @@ def test_the_route_applies_inside_the_block_only():
   assert "jaxext" not in text()
 
 
-if __name__ == "__main__":
-  sys.exit(pytest.main([__file__, "-q"] + sys.argv[1:]))
-
-
 def test_routed_model_exported_for_cpu_and_cuda():
   # The routed potential serialized with jax.export for both platforms, as for deployment into an
   # MD engine: the same energy and forces when run back. (jax-md's NeighborList holds a type
@@ -143,3 +139,7 @@ def test_routed_model_exported_for_cpu_and_cuda():
   got = jax.export.deserialize(exported.serialize()).call(params, pos, nbrs.idx)
   np.testing.assert_allclose(got[0], want[0], rtol=1e-14)
   np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14 * np.max(np.abs(want[1])))
+
+
+if __name__ == "__main__":
+  sys.exit(pytest.main([__file__, "-q"] + sys.argv[1:]))

@@ -163,8 +163,12 @@ def edge_graph(senders, receivers, num_edges: int, num_senders: int, num_nodes: 
       raise ValueError(f"{name} must have shape ({num_edges},) (one per edge); got {arr.shape}")
     ids.append(arr)
   ids = _sharding.whole(*ids)
-  if any(compat.is_traced(raw) or (isinstance(raw, jax.Array) and not raw.is_fully_addressable)
-         for raw in (senders, receivers)):
+  symbolic = jax.export.is_symbolic_dim(num_senders) or jax.export.is_symbolic_dim(num_nodes)
+  if symbolic or any(compat.is_traced(raw) or
+                     (isinstance(raw, jax.Array) and not raw.is_fully_addressable)
+                     for raw in (senders, receivers)):
+    # (so are constant ids for node counts known only as the computation runs: a
+    # shape-polymorphic jax.export)
     snd, rcv = int32_indices(ids[0]), int32_indices(ids[1])
     return _graph(snd, rcv, num_senders, num_nodes)
   snd, rcv = (int32_indices(np.asarray(raw)) for raw in (senders, receivers))

@@ -102,7 +102,7 @@ def scatter_sum(data: IrrepsArray | jax.Array, *, dst: ArrayLike | None = None,
   size = static_count(size, "output_size")
   ids = jnp.where(ids < 0, ids + size, ids)
   if mode == "clip":
-    ids = jnp.clip(ids, 0, max(size - 1, 0))
+    ids = jnp.clip(ids, 0, jnp.maximum(size - 1, 0))
   rows = array.reshape((math.prod(ids.shape),) + array.shape[ids.ndim:])
   out = segment_sum(rows, ids.reshape(-1), size)
   if map_back:
