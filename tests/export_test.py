@@ -122,8 +122,9 @@ def test_exported_for_cpu_and_cuda_runs_here(case):
   fn, args = CASES[case]
   both = _export(fn, args, ("cpu", "cuda"))
   assert both.platforms == ("cpu", "cuda")
-  # Both platforms' calls are in the module: the CUDA lowerings' own targets (conv's, the
-  # products' edge cotangents, the segment sum's on CUDA), not only the CPU's.
+  # Both platforms' calls are in the module, one branch each: as many calls as the two
+  # single-platform modules hold together, the CUDA-only targets among them (the layer's edge
+  # cotangents).
   cpu, cuda = _export(fn, args, ("cpu",)), _export(fn, args, ("cuda",))
   assert _targets(cpu) and _targets(both) == _targets(cpu) | _targets(cuda)
   assert _calls(both) == _calls(cpu) + _calls(cuda) and "stablehlo.case" in both.mlir_module()
