@@ -43,10 +43,12 @@ DEBIAN_PACKAGES = {
     "python3.15-venv": "3.15.0-1",
 }
 
-# CPython: the versions jaxext is built for and tested under (those of the newest jaxlib). One is
-# selected per build with --repo_env=HERMETIC_PYTHON_VERSION=3.X (default: "default").
+# CPython: the versions jaxext is built for and tested under: those of the newest jaxlib, and 3.11,
+# for which jaxlib 0.10 (JAXLIB_FLOOR) is the last (Debian 12's and RHEL 9's own CPython; there,
+# jax 0.10.x: the lock files say which jax sets have wheels for which CPython). One is selected per
+# build with --repo_env=HERMETIC_PYTHON_VERSION=3.X (default: "default").
 PYTHON = {
-    "versions": ["3.12", "3.13", "3.14", "3.15"],
+    "versions": ["3.11", "3.12", "3.13", "3.14", "3.15"],
     "default": "3.14",
     "index_url": "https://pypi.org/simple",
 }

@@ -4,6 +4,7 @@
     python3 tools/lock_python.py            # every set of third_party/python/requirements_*.in
     python3 tools/lock_python.py newest     # one set
     python3 tools/lock_python.py --keep-pins   # add new requirements, move no existing pin
+                                               # (a CPython new to a lock keeps them where it can)
 
 Each `third_party/python/requirements_<set>.in` (the jax version of the set plus the common
 `requirements.in`) is resolved by pip, once per CPython of `PYTHON_VERSIONS` in
@@ -140,6 +141,17 @@ def current_pins(lockfile: str, version: str, arch: str) -> list[str]:
   return out
 
 
+def locked_versions(lockfile: str) -> set[str]:
+  """The CPythons an existing lock was resolved for (its `# python-versions:` header)."""
+  if not os.path.exists(lockfile):
+    return set()
+  with open(lockfile) as f:
+    for line in f:
+      if line.startswith("# python-versions:"):
+        return set(line.split(":", 1)[1].split())
+  return set()
+
+
 def resolve(pip: list[str], infile: str, version: str, index_url: str,
             scratch: str, keep: str | None = None) -> dict[str, tuple[str, str]] | str:
   """{name: (version, sha256)} for CPython `version`, or the reason it cannot be resolved.
@@ -165,8 +177,11 @@ def resolve(pip: list[str], infile: str, version: str, index_url: str,
     cmd += ["--platform", p]
   res = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(infile))
   if res.returncode != 0:
-    lines = [l for l in res.stderr.splitlines() if l.startswith("ERROR")]
-    return (lines[0] if lines else res.stderr.strip().splitlines()[-1]).removeprefix("ERROR: ")
+    # pip's first ERROR line may only list versions it ignored; the reason comes after it.
+    lines = [l for l in res.stderr.splitlines()
+             if l.startswith("ERROR") and not l.startswith("ERROR: Ignored")]
+    why = (lines[0] if lines else res.stderr.strip().splitlines()[-1]).removeprefix("ERROR: ")
+    return re.sub(r" \(from versions: [^)]*\)", "", why)
   with open(report) as f:
     data = json.load(f)
   out = {}
@@ -182,8 +197,15 @@ def lock(set_name: str, versions: list[str], index_url: str, pip: list[str], scr
   infile = os.path.join(PYDIR, f"requirements_{set_name}.in")
   lockfile = os.path.join(PYDIR, f"requirements_lock_{set_name}.txt")
   per_python, skipped = {}, {}
+  locked = locked_versions(lockfile) if keep else set()
   for v in versions:
     r = resolve(pip, infile, v, index_url, scratch, lockfile if keep else None)
+    if isinstance(r, str) and keep and v not in locked:
+      # A Python new to this lock: where the pins of the others have no wheels for it (NumPy's
+      # newest for an older CPython), it gets its own versions.
+      print(f"  {set_name}: Python {v}: not with the current pins ({r}); resolved alone",
+            file=sys.stderr)
+      r = resolve(pip, infile, v, index_url, scratch)
     if isinstance(r, str):
       skipped[v] = r
       print(f"  {set_name}: Python {v} left out: {r}", file=sys.stderr)

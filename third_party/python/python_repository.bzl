@@ -39,7 +39,7 @@ Two repository environment variables select the environment, in the manner of ja
 Python (`--repo_env=NAME=VALUE`, or the `--config=python3.X` / `--config=jax_<set>` shorthands of
 .bazelrc):
 
-* `HERMETIC_PYTHON_VERSION` (3.12 ... 3.15; default `PYTHON["default"]` of //third_party:pins.bzl):
+* `HERMETIC_PYTHON_VERSION` (3.11 ... 3.15; default `PYTHON["default"]` of //third_party:pins.bzl):
   the CPython the extensions are built for and the tests run under. The interpreter is
   `JAXEXT_PYTHON` if set (an explicit path; when HERMETIC_PYTHON_VERSION is unset, its version
   selects), else `python3.X` on PATH (tools/bazel's toolchain root has 3.13, 3.14 and 3.15).
@@ -224,9 +224,13 @@ def _python_repository_impl(rctx):
     jax_set = _jax_set(rctx)
     lock, lock_versions, notes, pkgs = _read_lock(rctx, jax_set)
     if version not in lock_versions:
-        fail("the jax set '%s' (jax %s) has no wheels for CPython %s: %s. Choose another set, e.g. " %
+        others = [s for s in sorted(JAX_SETS) if s != "default" and s != jax_set and
+                  version in _read_lock(rctx, s)[1]]
+        fail("the jax set '%s' (jax %s) has no wheels for CPython %s: %s. " %
              (jax_set, JAX_SETS[jax_set], version, "; ".join(notes) or "not in its lock file") +
-             "--repo_env=JAXEXT_JAX=" + JAX_SETS["default"])
+             ("Choose a set that has: %s (--repo_env=JAXEXT_JAX=<set>, or --config=jax_<set>)" %
+              ", ".join(["'%s' (jax %s)" % (s, JAX_SETS[s]) for s in others])
+              if others else "No jax set has wheels for it"))
     if pkgs.get("jax") != JAX_SETS[jax_set] or pkgs.get("jaxlib") != JAX_SETS[jax_set]:
         fail("%s pins jax %s / jaxlib %s but JAX_SETS['%s'] is %s; regenerate the lock" %
              (lock, pkgs.get("jax"), pkgs.get("jaxlib"), jax_set, JAX_SETS[jax_set]))
