@@ -26,6 +26,12 @@ against them load in that jaxlib and every newer one, so the wheel says `jaxlib>
 # apt pull their exact-version dependencies across suites; one suite plus the fallback suffices.
 DEBIAN_SUITE = "forky"
 
+# The Debian suites that serve the CPythons DEBIAN_SUITE lacks, for the aarch64 wheels: their arm64
+# headers (cross builds, //:wheel_aarch64: the newest libpython3.X-dev of the suite; CPython's ABI
+# is stable within a minor release, so the headers of any 3.X patch release build for all) and the
+# userland of tools/wheel_emulated_test. Signed by the same Debian archive keyring.
+PYTHON_DEBIAN_SUITES = {"3.11": "bookworm"}
+
 DEBIAN_PACKAGES = {
     "bazel-bootstrap": "7.7.1+ds-8+b1",
     "ca-certificates": "20260816+nmu1",

@@ -52,7 +52,7 @@ The XLA FFI headers do not come from here: they are the JAXLIB_FLOOR headers of
 @jaxext_xla_ffi (third_party/xla_ffi), whatever jax the tests run with.
 """
 
-load("//third_party:pins.bzl", "DEBIAN_SUITE", "JAXLIB_FLOOR", "JAX_SETS", "PYBIND11", "PYTHON")
+load("//third_party:pins.bzl", "DEBIAN_SUITE", "JAXLIB_FLOOR", "JAX_SETS", "PYBIND11", "PYTHON", "PYTHON_DEBIAN_SUITES")
 
 _BUILD = """\
 load("@rules_python//python:defs.bzl", "py_runtime", "py_runtime_pair")
@@ -378,17 +378,24 @@ def _python_cross_headers_impl(rctx):
     arch = rctx.attr.arch
     deb_arch, multiarch = _DEBIAN_ARCH[arch]
     pkg = "libpython%s-dev" % version
-    why = ("Wheels for %s are built against Debian's %s CPython headers of the same release as the " % (arch, deb_arch) +
-           "interpreter, so the interpreter must be Debian's python%s (tools/bazel's toolchain root " % version +
-           "has 3.13, 3.14 and 3.15; no Debian suite has 3.12)")
-    res = rctx.execute(["dpkg-query", "-W", "-f=${Version}", pkg])
-    deb_version = res.stdout.strip()
-    if res.return_code != 0 or not deb_version:
-        fail("%s: %s is not installed here (%s). %s." % (python, pkg, res.stderr.strip(), why))
-    if str(python) not in ("/usr/bin/python" + version, "/bin/python" + version):
-        fail("%s (CPython %s) is not Debian's /usr/bin/python%s. %s." % (python, found, version, why))
-    if deb_version.split("-")[0] != found:
-        fail("%s is CPython %s but %s is %s. %s." % (python, found, pkg, deb_version, why))
+    suite = PYTHON_DEBIAN_SUITES.get(version)
+    if suite:
+        # A CPython the toolchain root's Debian lacks: the newest headers of a suite that has it.
+        deb_version = None
+    else:
+        suite = DEBIAN_SUITE
+        why = ("Wheels for %s are built against Debian's %s CPython headers of the same release as the " % (arch, deb_arch) +
+               "interpreter, so the interpreter must be Debian's python%s (tools/bazel's toolchain root " % version +
+               "has 3.13, 3.14 and 3.15; PYTHON_DEBIAN_SUITES in //third_party:pins.bzl names suites for " +
+               "others, %s; no Debian suite has 3.12)" % ", ".join(sorted(PYTHON_DEBIAN_SUITES)))
+        res = rctx.execute(["dpkg-query", "-W", "-f=${Version}", pkg])
+        deb_version = res.stdout.strip()
+        if res.return_code != 0 or not deb_version:
+            fail("%s: %s is not installed here (%s). %s." % (python, pkg, res.stderr.strip(), why))
+        if str(python) not in ("/usr/bin/python" + version, "/bin/python" + version):
+            fail("%s (CPython %s) is not Debian's /usr/bin/python%s. %s." % (python, found, version, why))
+        if deb_version.split("-")[0] != found:
+            fail("%s is CPython %s but %s is %s. %s." % (python, found, pkg, deb_version, why))
 
     # apt with a private state (no root, nothing of the system's apt touched): the Debian archive's
     # signed index for the target architecture, then that one package at the host's version.
@@ -398,7 +405,7 @@ def _python_cross_headers_impl(rctx):
         rctx.execute(["mkdir", "-p", "%s/%s" % (apt, d)])
     rctx.file("apt/status", "")
     rctx.file("apt/etc/sources.list", "deb [arch=%s signed-by=%s] %s %s main\n" % (
-        deb_arch, rctx.attr.keyring, mirror, DEBIAN_SUITE))
+        deb_arch, rctx.attr.keyring, mirror, suite))
     opts = []
     for kv in [
         "Debug::NoLocking=1",
@@ -414,9 +421,10 @@ def _python_cross_headers_impl(rctx):
         "Acquire::Languages=none",
     ]:
         opts += ["-o", kv]
-    rctx.report_progress("apt: Debian's %s=%s for %s" % (pkg, deb_version, deb_arch))
+    want = "%s:%s" % (pkg, deb_arch) + ("=" + deb_version if deb_version else "")
+    rctx.report_progress("apt: Debian %s's %s" % (suite, want))
     for cmd in (["apt-get"] + opts + ["-q", "update"],
-                ["apt-get"] + opts + ["-q", "download", "%s:%s=%s" % (pkg, deb_arch, deb_version)]):
+                ["apt-get"] + opts + ["-q", "download", want]):
         res = rctx.execute(cmd, working_directory = str(apt) + "/download", timeout = 600)
         if res.return_code != 0:
             fail("%s failed (the %s %s headers of %s): %s%s" % (
@@ -424,6 +432,8 @@ def _python_cross_headers_impl(rctx):
     debs = [p for p in rctx.path(str(apt) + "/download").readdir() if p.basename.endswith(".deb")]
     if len(debs) != 1:
         fail("apt-get download left %s" % debs)
+    if not deb_version:
+        deb_version = rctx.execute(["dpkg-deb", "-f", str(debs[0]), "Version"]).stdout.strip()
     res = rctx.execute(["dpkg-deb", "-x", str(debs[0]), str(rctx.path("deb"))])
     if res.return_code != 0:
         fail("dpkg-deb -x %s: %s" % (debs[0], res.stderr))
@@ -447,7 +457,8 @@ python_cross_headers = repository_rule(
     implementation = _python_cross_headers_impl,
     doc = """CPython's C headers for another architecture (`arch`, an @platforms//cpu name): those of
     Debian's libpython3.X-dev for it, at the version of the selected interpreter's own Debian package
-    (so the selected interpreter must be Debian's: tools/bazel's toolchain root has 3.13-3.15).
+    (so the selected interpreter must be Debian's: tools/bazel's toolchain root has 3.13-3.15), or,
+    for a CPython of PYTHON_DEBIAN_SUITES (//third_party:pins.bzl: 3.11), the newest of that suite.
     Fetched through apt with a private state, checked against the Debian archive's keyring.""",
     attrs = {
         "arch": attr.string(mandatory = True, values = CROSS_ARCHS),
