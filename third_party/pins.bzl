@@ -29,7 +29,9 @@ DEBIAN_SUITE = "forky"
 # The Debian suites that serve the CPythons DEBIAN_SUITE lacks, for the aarch64 wheels: their arm64
 # headers (cross builds, //:wheel_aarch64: the newest libpython3.X-dev of the suite; CPython's ABI
 # is stable within a minor release, so the headers of any 3.X patch release build for all) and the
-# userland of tools/wheel_emulated_test. Signed by the same Debian archive keyring.
+# userland of tools/wheel_emulated_test. Signed by the same Debian archive keyring. Not pinned to a
+# package version: the archive keeps only a suite's newest, so a pin would break at its next point
+# release (the repository records the version it got).
 PYTHON_DEBIAN_SUITES = {"3.11": "bookworm"}
 
 DEBIAN_PACKAGES = {

@@ -433,7 +433,10 @@ def _python_cross_headers_impl(rctx):
     if len(debs) != 1:
         fail("apt-get download left %s" % debs)
     if not deb_version:
-        deb_version = rctx.execute(["dpkg-deb", "-f", str(debs[0]), "Version"]).stdout.strip()
+        res = rctx.execute(["dpkg-deb", "-f", str(debs[0]), "Version"])
+        if res.return_code != 0:
+            fail("dpkg-deb -f %s Version: %s" % (debs[0], res.stderr))
+        deb_version = res.stdout.strip()
     res = rctx.execute(["dpkg-deb", "-x", str(debs[0]), str(rctx.path("deb"))])
     if res.return_code != 0:
         fail("dpkg-deb -x %s: %s" % (debs[0], res.stderr))
