@@ -125,6 +125,14 @@ echo "jaxext: nvcc's host compiler for aarch64, %s, is not on PATH: tools/bazel'
 exit 1
 """
 
+def _cert_args(rctx):
+    """pip's --cert: the system's CA bundle where there is one (as setup_python_repo.py's
+    cert_args: a host interpreter's pip, pyenv's, trusts only its certifi, without a site's CAs)."""
+    for bundle in (rctx.os.environ.get("SSL_CERT_FILE", ""), "/etc/ssl/certs/ca-certificates.crt"):
+        if bundle and rctx.path(bundle).exists:
+            return ["--cert", bundle]
+    return []
+
 def _pip_install(rctx, python, packages, target, extra = []):
     """Installs the pinned wheels `packages` (name -> (version, sha256)) into `target`."""
     req = target + ".requirements.txt"
@@ -135,7 +143,7 @@ def _pip_install(rctx, python, packages, target, extra = []):
         [python, "-m", "pip", "install", "--isolated", "--no-input", "--disable-pip-version-check",
          "--require-hashes", "--no-deps", "--only-binary=:all:", "--quiet",
          "--index-url", rctx.os.environ.get("JAXEXT_PIP_INDEX_URL", PYTHON["index_url"]),
-         "--target", str(rctx.path(target)), "-r", str(rctx.path(req))] + extra,
+         "--target", str(rctx.path(target)), "-r", str(rctx.path(req))] + extra + _cert_args(rctx),
         timeout = 1800,
         quiet = False,
     )
