@@ -5,6 +5,9 @@
     python3 tools/lock_python.py newest     # one set
     python3 tools/lock_python.py --keep-pins   # add new requirements, move no existing pin
                                                # (a CPython new to a lock keeps them where it can)
+    python3 tools/lock_python.py --lock-for 3.11   # the newest jax set's lock with cp311 wheels
+    python3 tools/lock_python.py --entries LOCK --python 3.11 [--arch aarch64] [--only jax,...]
+                                               # LOCK's lines for CPython 3.11, markers decided
 
 Each `third_party/python/requirements_<set>.in` (the jax version of the set plus the common
 `requirements.in`) is resolved by pip, once per CPython of `PYTHON_VERSIONS` in
@@ -110,35 +113,50 @@ def flatten(infile: str, version: str, out: list[str] | None = None,
         flatten(os.path.join(os.path.dirname(infile), line[3:].strip()), version, out, arch)
         continue
       req, _, marker = line.partition(";")
-      if marker.strip():
-        env = {"python_version": version, "python_full_version": version + ".0",
-               "implementation_name": "cpython", "platform_system": "Linux",
-               "sys_platform": "linux", "platform_machine": arch}
-        if not _marker_class()(marker.strip()).evaluate(env):
-          continue
-      out.append(req.strip())
+      if applies(marker, version, arch):
+        out.append(req.strip())
   return out
 
 
-def current_pins(lockfile: str, version: str, arch: str) -> list[str]:
-  """The `name==version` lines of an existing lock that apply to CPython `version` (markers
-  decided here, as in `flatten`)."""
-  out = []
-  if not os.path.exists(lockfile):
-    return out
+def applies(marker: str, version: str, arch: str) -> bool:
+  """Whether an environment marker (empty: always) holds for CPython `version` on Linux `arch`."""
   env = {"python_version": version, "python_full_version": version + ".0",
          "implementation_name": "cpython", "platform_system": "Linux", "sys_platform": "linux",
          "platform_machine": arch}
+  return not marker.strip() or _marker_class()(marker.strip()).evaluate(env)
+
+
+def lock_entries(lockfile: str, version: str, arch: str) -> list[tuple[str, list[str]]]:
+  """The entries of a lock file that apply to CPython `version`: (`name==version`, its
+  `--hash=sha256:...` options), markers decided here (as in `flatten`) and dropped."""
+  entries: list[tuple[str, str, list[str]]] = []
   with open(lockfile) as f:
     for raw in f:
       line = raw.split("#", 1)[0].strip().rstrip("\\").strip()
-      if not line or line.startswith("--hash"):
-        continue
-      req, _, marker = line.partition(";")
-      if marker.strip() and not _marker_class()(marker.strip()).evaluate(env):
-        continue
-      out.append(req.strip())
-  return out
+      if line.startswith("--hash") and entries:
+        entries[-1][2].append(line)
+      elif line:
+        req, _, marker = line.partition(";")
+        entries.append((req.strip(), marker, []))
+  return [(req, hashes) for req, marker, hashes in entries if applies(marker, version, arch)]
+
+
+def current_pins(lockfile: str, version: str, arch: str) -> list[str]:
+  """The `name==version` lines of an existing lock that apply to CPython `version`."""
+  if not os.path.exists(lockfile):
+    return []
+  return [req for req, _ in lock_entries(lockfile, version, arch)]
+
+
+def lock_for(version: str) -> str | None:
+  """The lock file of the newest jax set (JAX_SETS of pins.bzl) with wheels for CPython
+  `version`, or None."""
+  sets = [(k, v) for k, v in pins_value("JAX_SETS").items() if k != "default"]
+  for name, _ in sorted(sets, key=lambda kv: [int(x) for x in kv[1].split(".")], reverse=True):
+    lockfile = os.path.join(PYDIR, f"requirements_lock_{name}.txt")
+    if version in locked_versions(lockfile):
+      return lockfile
+  return None
 
 
 def locked_versions(lockfile: str) -> set[str]:
@@ -239,14 +257,41 @@ def lock(set_name: str, versions: list[str], index_url: str, pip: list[str], scr
   return "\n".join(lines) + "\n"
 
 
+def print_entries(lockfile: str, version: str, arch: str, only: str) -> None:
+  """The lock's entries for CPython `version` (`only`: those packages), as a requirements file."""
+  want = {normalize(n) for n in only.split(",") if n}
+  for req, hashes in lock_entries(lockfile, version, arch):
+    if not want or normalize(re.split(r"[=<>!~ ]", req, maxsplit=1)[0]) in want:
+      print(" \\\n    ".join([req] + hashes))
+
+
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("sets", nargs="*", help="set names (default: every requirements_<set>.in)")
+  p.add_argument("--lock-for", metavar="3.X",
+                 help="only print the lock file of the newest jax set with wheels for CPython 3.X")
+  p.add_argument("--entries", metavar="LOCK",
+                 help="only print LOCK's entries for --python's CPython (markers decided: pip "
+                      "judges them by the Python running it), as a requirements file")
+  p.add_argument("--python", help="with --entries: the CPython (3.X)")
+  p.add_argument("--arch", default="x86_64", help="with --entries: the machine (x86_64)")
+  p.add_argument("--only", default="", help="with --entries: these packages (comma-separated)")
   p.add_argument("--index-url", default=pins_value("PYTHON")["index_url"])
   p.add_argument("--keep-pins", action="store_true",
                  help="keep every version the current lock pins (add what a .in file gained, "
                       "move nothing else)")
   args = p.parse_args()
+  if args.lock_for:
+    lockfile = lock_for(args.lock_for)
+    if lockfile is None:
+      raise SystemExit(f"no jax set's lock file has wheels for CPython {args.lock_for}")
+    print(lockfile)
+    return
+  if args.entries:
+    if not args.python:
+      p.error("--entries needs --python")
+    print_entries(args.entries, args.python, args.arch, args.only)
+    return
   sets = args.sets or sorted(
       m.group(1) for f in os.listdir(PYDIR) if (m := re.fullmatch(r"requirements_(\w+)\.in", f)))
   versions = list(pins_value("PYTHON")["versions"])
