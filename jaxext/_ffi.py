@@ -4,6 +4,10 @@ Each platform's extension module exposes `registrations()`, a dict of target nam
 capsule. Importing this module registers every target of every platform whose extension is present
 (CPU always; CUDA when the CUDA extension was built and its runtime loads).
 
+A wheel built with the CPU handlers as a plain library (the macOS wheel: jaxext/cpu/BUILD.bazel's
+`plain_library`) holds `jaxext/cpu/jaxext_cpu_handlers.so` and no `_cpu_ops`; its handlers are
+registered through ctypes, as below.
+
 Alternatively, `JAXEXT_HANDLER_LIBRARIES="cpu=/path/libjaxext_cpu_handlers.so,CUDA=/path/..."`
 registers the handlers from plain shared libraries (`ffi_handler_library` targets) through ctypes
 instead: no Python ABI inside them, so they load in any CPython (used by tools/gpu_checks.py on
@@ -35,6 +39,22 @@ _EXTENSIONS = {
     "cpu": "jaxext.cpu._cpu_ops",
     "CUDA": "jaxext.cuda._cuda_ops",
 }
+
+
+# platform -> the plain handler library a package may hold in place of its extension module
+_PACKAGED_LIBRARIES = {"cpu": os.path.join(os.path.dirname(__file__), "cpu",
+                                           "jaxext_cpu_handlers.so")}
+
+
+def _packaged_library(platform: str) -> str | None:
+  """The plain handler library of `platform` in this package, where it holds one and no extension
+  module (an extension present is always the one used)."""
+  path = _PACKAGED_LIBRARIES.get(platform)
+  if path is None or not os.path.isfile(path):
+    return None
+  if importlib.util.find_spec(_EXTENSIONS[platform]) is not None:
+    return None
+  return path
 
 
 def _load(platform: str):
@@ -153,6 +173,10 @@ def register_all() -> dict[str, tuple[str, ...]]:
         _registered[platform] = tuple(sorted(_register_library(platform, path)))
       return _registered
     for platform in _EXTENSIONS:
+      packaged = _packaged_library(platform)
+      if packaged is not None:
+        _registered[platform] = tuple(sorted(_register_library(platform, packaged)))
+        continue
       module = _load(platform)
       if module is None:
         continue

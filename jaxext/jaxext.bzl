@@ -2,7 +2,7 @@
 
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
 load("@rules_python//python:defs.bzl", "py_binary", "py_library", "py_test")
-load("//third_party:pins.bzl", _CUDA_CAPABILITIES = "CUDA_CAPABILITIES")
+load("//third_party:pins.bzl", _CUDA_CAPABILITIES = "CUDA_CAPABILITIES", _PYTHON = "PYTHON")
 
 # Compiler options for kernel code: IEEE arithmetic is kept (NaN handling depends on it), but errno
 # and trapping semantics are dropped so that element loops can be if-converted and vectorised.
@@ -60,7 +60,10 @@ def jaxext_cc_test(name, copts = [], **kwargs):
 def _shared_object(name, exported, linkopts = [], target_compatible_with = None, **kwargs):
     """`<name>.so` (cc_binary, linkshared) exporting only the symbols matching `exported`.
 
-    A generated linker version script makes every other symbol local.
+    A generated linker version script makes every other symbol local (ELF). Mach-O (macOS) keeps
+    the symbols' own visibility: zig's linker has no exported-symbols list, and macOS's two-level
+    namespace binds each library's references to the library that provided them at link time, so
+    what else is exported cannot interpose on anyone.
     """
     native.genrule(
         name = name + "_version_script",
@@ -74,7 +77,11 @@ def _shared_object(name, exported, linkopts = [], target_compatible_with = None,
         linkshared = True,
         linkstatic = True,
         additional_linker_inputs = [":" + name + ".lds"],
-        linkopts = linkopts + ["-Wl,--version-script=$(location :%s.lds)" % name],
+        linkopts = linkopts + select({
+            # Its install name: the file's, not its path in the build (dlopen goes by path).
+            Label("//jaxext:macos"): ["-Wl,-install_name,@rpath/%s.so" % name],
+            "//conditions:default": ["-Wl,--version-script=$(location :%s.lds)" % name],
+        }),
         target_compatible_with = target_compatible_with,
         **kwargs
     )
@@ -164,12 +171,18 @@ def jaxext_example(name, deps = [Label("//jaxext")], test_size = "medium"):
 _ZIG_TOOLCHAINS = {
     "x86_64": str(Label("@jaxext_zig//:x86_64")),
     "aarch64": str(Label("@jaxext_zig//:aarch64")),
+    "macos_arm64": str(Label("@jaxext_zig//:macos_arm64")),
 }
 
 # Target platforms of cross-built wheels (the build's own platform for the host's architecture).
 _CROSS_PLATFORMS = {
     "aarch64": str(Label("//third_party/zig:linux_aarch64")),
+    "macos_arm64": str(Label("//third_party/zig:macos_arm64")),
 }
+
+# Platforms whose wheels carry the plain handler library, not extension modules (no CPython
+# headers of theirs are at hand; //jaxext/cpu:cpu selects the library there).
+_PLAIN_ONLY = ["macos_arm64"]
 
 def _portable_transition_impl(settings, attr):
     toolchains = settings["//command_line_option:extra_toolchains"]
@@ -203,6 +216,12 @@ def _jaxext_wheel_impl(ctx):
             path = f.short_path
             if path.startswith(ctx.attr.package_dir + "/") and (path.endswith(".py") or path.endswith(".so") or path.endswith("/py.typed")):
                 files.append(f)
+    if ctx.attr.plain_library:
+        # The CPU extension module's place taken by the plain library (built in the same
+        # configuration as the rest: no second compilation of the handlers).
+        files = [f for f in files if f.basename != "_cpu_ops.so"] + ctx.files.plain_library
+        if [f for f in files if f.basename.startswith("_") and f.basename.endswith(".so")]:
+            fail("plain_library: a CPython extension module (--config=cuda's) cannot go into a py3-none wheel")
     files = sorted({f.short_path: f for f in files}.values(), key = lambda f: f.short_path)
     args = ctx.actions.args()
     args.add(ctx.file._tool)
@@ -213,6 +232,10 @@ def _jaxext_wheel_impl(ctx):
     args.add("--license", ctx.file.license)
     args.add("--readme", ctx.file.readme)
     args.add("--auditwheel_site", ctx.file._auditwheel_site.dirname)
+    if ctx.attr.plain_library or ctx.attr.toolchain in _PLAIN_ONLY:
+        args.add("--requires_python", ctx.attr.requires_python)
+    if ctx.attr.plain_library and ctx.attr.toolchain in _CROSS_PLATFORMS:
+        fail("plain_library: Linux on the host's architecture only (macos_arm64 has it always)")
     for f in files:
         args.add("--file", "%s=%s" % (f.short_path, f.path))
     ctx.actions.run(
@@ -246,6 +269,12 @@ _jaxext_wheel = rule(
         "toolchain": attr.string(
             doc = "the zig toolchain (a key of _ZIG_TOOLCHAINS) deps are built with; '' keeps the build's",
         ),
+        "plain_library": attr.label(
+            doc = "the CPU handlers' plain library, in the extension module's place: a py3-none wheel",
+            allow_single_file = True,
+            cfg = _portable_transition,
+        ),
+        "requires_python": attr.string(doc = "the oldest CPython of a plain library's wheel"),
         "_allowlist_function_transition": attr.label(
             default = Label("@bazel_tools//tools/allowlists/function_transition_allowlist"),
         ),
@@ -262,12 +291,23 @@ _jaxext_wheel = rule(
     },
 )
 
-def jaxext_wheel(name, arch = "x86_64", **kwargs):
+def jaxext_wheel(name, arch = "x86_64", plain_library = False, **kwargs):
     """The platform wheel (see _jaxext_wheel): its extensions built by zig's clang for `arch`
-    (x86_64, the host; aarch64, cross-built) and glibc 2.17. With --config=cuda the wheel holds the
-    CUDA handlers too: their .cu halves compiled by nvcc (with its own host compiler for `arch`, no
-    C++ runtime: tests/cuda_kernels_abi_test.py), the rest by zig's clang like every handler."""
-    _jaxext_wheel(name = name, toolchain = arch, **kwargs)
+    (x86_64, the host; aarch64, cross-built: glibc 2.17; macos_arm64, cross-built: macOS 11). With
+    --config=cuda the wheel holds the CUDA handlers too: their .cu halves compiled by nvcc (with its
+    own host compiler for `arch`, no C++ runtime: tests/cuda_kernels_abi_test.py), the rest by zig's
+    clang like every handler.
+
+    plain_library (always on macos_arm64): the CPU handlers as a plain library registered through
+    ctypes (jaxext/_ffi.py), not an extension module: a `py3-none` wheel for every CPython from
+    PYTHON["versions"][0] on (on Linux, what //tests:wheel_plain_test runs: macOS's form)."""
+    _jaxext_wheel(
+        name = name,
+        toolchain = arch,
+        plain_library = Label("//jaxext/cpu:jaxext_cpu_handlers.so") if plain_library else None,
+        requires_python = _PYTHON["versions"][0],
+        **kwargs
+    )
 
 # ------------------------------------------------------------------------------------------------
 # Documentation
@@ -315,6 +355,7 @@ def if_cuda(if_true, if_false = []):
     })
 
 CUDA_ONLY = if_cuda([], [Label("@platforms//:incompatible")])
+CPU_ONLY = if_cuda([Label("@platforms//:incompatible")], [])
 
 def _nvcc(ctx, src, out, mode, extra = []):
     """Runs the hermetic nvcc on `src` (`mode`: "-c" for an object, "-fatbin" for device code)."""

@@ -23,6 +23,10 @@ def found(module):  # without importing it (a missing parent package: not found)
   except ModuleNotFoundError:
     return False
 out["cuda_module"] = found("jaxext.cuda._cuda_ops")
+# The CPU handlers' form: the extension module, or the plain library registered through ctypes
+# (the macOS wheel's form; a plain-library wheel on Linux: //tests:wheel_plain_test).
+from jaxext import _ffi
+out["cpu_handlers"] = "library" if "cpu" in _ffi._libraries else "extension"
 out["numba_cuda"] = found("numba_cuda")
 
 # kepler

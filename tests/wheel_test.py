@@ -36,9 +36,16 @@ def _wheel_path():
   return os.path.abspath(os.path.join(wheel_dir, wheels[0]))
 
 
+# A wheel with the CPU handlers as a plain library (//jaxext/cpu:plain_library): py3-none, no
+# extension module (//tests:wheel_plain_test, Linux; the macOS wheel's form).
+PLAIN = os.environ.get("JAXEXT_WHEEL_PLAIN") == "1"
+_PLAIN_LIBRARY = "jaxext/cpu/jaxext_cpu_handlers.so"
+
+
 def test_wheel_name_tags_are_true():
   name = os.path.basename(_wheel_path())
-  m = re.fullmatch(r"jaxext-([^-]+)-(cp\d+)-(cp\d+)-(manylinux_\d+_\d+_(x86_64|aarch64))\.whl", name)
+  m = re.fullmatch(r"jaxext-([^-]+)-(cp\d+|py3)-(cp\d+|none)-(manylinux_\d+_\d+_(x86_64|aarch64))\.whl",
+                   name)
   assert m, name
   version, py, abi, platform, arch = m.groups()
   import jaxext.version
@@ -47,7 +54,10 @@ def test_wheel_name_tags_are_true():
   with open(os.environ["JAXEXT_MODULE_BAZEL"]) as f:
     module_version = re.search(r'^\s*version = "([^"]+)"', f.read(), re.M).group(1)
   assert module_version == version, (module_version, version)
-  assert py == abi == "cp%d%d" % sys.version_info[:2]
+  if PLAIN:  # no CPython ABI inside: one wheel for every CPython
+    assert (py, abi) == ("py3", "none"), name
+  else:
+    assert py == abi == "cp%d%d" % sys.version_info[:2]
   # The platform tag is the one auditwheel (pinned) computes from the extension modules: the most
   # compatible manylinux policy whose glibc, libstdc++ and libraries they need no more than.
   report = _auditwheel_show(_wheel_path())
@@ -89,9 +99,15 @@ def test_metadata_and_record():
     floor = re.search(r"Requires-Dist: jaxlib>=([\d.]+)", meta).group(1)
     import jax
     assert jax.ffi  # the floor's jaxlib provides the FFI API we compile against
-    from jaxext.cpu import _cpu_ops
     assert floor.startswith("0.")
+    from jaxext.cpu import _cpu_ops
     assert _cpu_ops.xla_ffi_api_version == (0, 3)
+    requires = re.search(r"^Requires-Python: (.*)$", meta, re.M).group(1)
+    if PLAIN:
+      assert requires == ">=3.11", requires  # PYTHON["versions"][0]
+    else:
+      major, minor = sys.version_info[:2]
+      assert requires == f">={major}.{minor},<{major}.{minor + 1}", requires
     rows = list(csv.reader(io.StringIO(z.read(f"{dist}/RECORD").decode())))
     recorded = {r[0] for r in rows}
     assert recorded == set(names)
@@ -104,7 +120,8 @@ def test_metadata_and_record():
       assert digest == f"sha256={expect}" and int(size) == len(data), path
     for info in z.infolist():
       assert info.date_time == (1980, 1, 1, 0, 0, 0)
-    assert "jaxext/cpu/_cpu_ops.so" in names
+    assert ("jaxext/cpu/_cpu_ops.so" in names) == (not PLAIN), names
+    assert (_PLAIN_LIBRARY in names) == PLAIN, names
     # The CUDA module is in the wheels of --config=cuda builds (x86_64 and aarch64), only there.
     assert (_CUDA_MODULE in names) == (os.environ["JAXEXT_WHEEL_CUDA"] == "1"), names
     assert "jaxext/py.typed" in names  # PEP 561: users' type checkers read the annotations
@@ -195,6 +212,13 @@ def test_installed_wheel_is_what_runs(installed):
     return
   import jaxext
   assert result["version"] == jaxext.__version__
+
+
+def test_installed_cpu_handlers_form(installed):
+  """The CPU handlers registered from the extension module, or in a plain-library wheel from the
+  library (jaxext._ffi, through ctypes): the form the wheel holds is the one that runs."""
+  _, r = installed
+  assert r["cpu_handlers"] == ("library" if PLAIN else "extension"), r["cpu_handlers"]
 
 
 def test_installed_platforms_list_every_cpu_op(installed):

@@ -130,20 +130,28 @@ CUDA_CAPABILITIES = ["sm_90"]
 # from the `ziglang` wheel on PyPI (zig 0.15.2 ships clang 20.1). It compiles for glibc
 # ZIG["glibc"] and links its own libc++ statically, so wheels built with it load on any Linux with
 # that glibc or newer (the toolchain root's GCC would tie them to its own, newest libstdc++).
+# It also cross-compiles the macOS arm64 handler library (//:wheel_macos_arm64) for macOS
+# ZIG["macos"] and newer (jaxlib's own floor: its wheels are tagged macosx_11_0_arm64), against
+# the libSystem stubs and headers zig ships (Apple's SDK 15.5's), with its libc++ linked in.
 ZIG = {
     "version": "0.15.2",
     "url": "https://files.pythonhosted.org/packages/db/81/f9f5c7fd68d80b8edff2a641a1c95ac4125356387d298374227040b8e1e8/ziglang-0.15.2-py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64.musllinux_1_1_x86_64.whl",
     "sha256": "806316453d1ede7174ed3fefb8e5348154629089c3bb5fe812dfd0e172fac130",
     "glibc": "2.17",
+    "macos": "11.0",
 }
 
-# auditwheel (and what it imports), which computes every wheel's platform tag from its extension
-# modules (tools/build_wheel.py) and checks it again in tests/wheel_test.py: pure-Python wheels
+# auditwheel (and what it imports), which computes every Linux wheel's platform tag from its
+# extension modules (tools/build_wheel.py) and checks it again in tests/wheel_test.py; macholib,
+# which reads the macOS wheel's Mach-O library for the same: pure-Python wheels
 # from PyPI, unpacked side by side (third_party/auditwheel). name -> (version, url, sha256).
 AUDITWHEEL = {
     "auditwheel": ("6.8.2", "https://files.pythonhosted.org/packages/78/33/475398f5eb069aa20910ec8486bdc62a87deadd8229494cbc80a1ddbf740/auditwheel-6.8.2-py3-none-any.whl", "05fd2dd4b743217cd5f66066adc95b03a079424b1f0a878ad1e40fe2cdea4704"),
     "packaging": ("26.4", "https://files.pythonhosted.org/packages/ba/7b/5504f91c9c2733f693d7759e50ede5d27119d4da7e5836c46d3b5ff81d56/packaging-26.4-py3-none-any.whl", "81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2"),
     "pyelftools": ("0.33", "https://files.pythonhosted.org/packages/46/2a/f9697576603dae937727827505a6126a066affb227034e77e6f9068910da/pyelftools-0.33-py3-none-any.whl", "f215ad5f47d3f1373a21496a6c9e0707c622840d0622f23ff7ce08678b020036"),
+    # macholib (and its altgraph): the macOS wheel's Mach-O library read for its tag and checks.
+    "macholib": ("1.16.4", "https://files.pythonhosted.org/packages/c7/d1/a9f36f8ecdf0fb7c9b1e78c8d7af12b8c8754e74851ac7b94a8305540fc7/macholib-1.16.4-py2.py3-none-any.whl", "da1a3fa8266e30f0ce7e97c6a54eefaae8edd1e5f86f3eb8b95457cae90265ea"),
+    "altgraph": ("0.17.5", "https://files.pythonhosted.org/packages/a9/ba/000a1996d4308bc65120167c21241a3b205464a2e0b58deda26ae8ac21d1/altgraph-0.17.5-py2.py3-none-any.whl", "f3a22400bce1b0c701683820ac4f3b159cd301acab067c51c653e06961600597"),
 }
 
 # batman (Kreidberg 2015), the C anchor of //benchmarks:limbdark and //benchmarks:transit. PyPI has

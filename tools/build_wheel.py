@@ -5,7 +5,11 @@ The wheel's tags are read off what was built, not assumed:
 * platform tag: the one auditwheel (pinned, @jaxext_auditwheel) computes from the extension
   modules: the wheel is first written with the plain `linux_<arch>` tag, `auditwheel show` names
   the most compatible manylinux policy its symbol versions and libraries satisfy, and the wheel is
-  written again under that tag. A wheel that fits no manylinux policy is an error.
+  written again under that tag. A wheel that fits no manylinux policy is an error. A macOS
+  wheel's (Mach-O) is `macosx_<minimum macOS>_<arch>`, its library's LC_BUILD_VERSION as macholib
+  (pinned beside auditwheel) reads it.
+* With --requires_python (the CPU handlers as a plain library, no extension module): `py3-none`,
+  for every CPython from that version on.
 Output is byte-for-byte reproducible: sorted entries, fixed timestamps and permissions.
 """
 
@@ -24,6 +28,7 @@ import zipfile
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _MACHINES = {0x3E: "x86_64", 0xB7: "aarch64"}
+_MACHO_MAGIC = b"\xcf\xfa\xed\xfe"  # 64-bit little-endian Mach-O
 
 
 def elf_machine(data: bytes) -> str:
@@ -34,6 +39,30 @@ def elf_machine(data: bytes) -> str:
   if machine is None:
     raise ValueError("unsupported ELF machine")
   return machine
+
+
+def macos_tag(path: str, site: str) -> str:
+  """The platform tag of a macOS wheel holding the Mach-O library at `path`:
+  `macosx_<major>_<minor>_<arch>` of the minimum macOS its LC_BUILD_VERSION names (from macOS 11 on,
+  pip matches the major version only, so the minor is 0)."""
+  sys.path.insert(0, site)
+  try:
+    from macholib.MachO import MachO  # pinned beside auditwheel (@jaxext_auditwheel)
+    from macholib.mach_o import CPU_TYPE_NAMES, LC_BUILD_VERSION
+  finally:
+    sys.path.remove(site)
+  headers = MachO(path).headers
+  if len(headers) != 1:
+    raise SystemExit(f"{os.path.basename(path)}: a universal binary ({len(headers)} architectures)")
+  header = headers[0]
+  arch = {"ARM64": "arm64", "x86_64": "x86_64"}.get(CPU_TYPE_NAMES.get(header.header.cputype))
+  if arch is None:
+    raise SystemExit(f"{os.path.basename(path)}: unsupported Mach-O CPU {header.header.cputype}")
+  versions = [cmd.minos for lc, cmd, _ in header.commands if lc.cmd == LC_BUILD_VERSION]
+  if len(versions) != 1:
+    raise SystemExit(f"{os.path.basename(path)}: no single LC_BUILD_VERSION (minimum macOS)")
+  major, minor = versions[0] >> 16, (versions[0] >> 8) & 0xFF
+  return f"macosx_{major}_{minor if major < 11 else 0}_{arch}"
 
 
 def auditwheel_tag(wheel: str, site: str) -> str:
@@ -74,14 +103,22 @@ def main():
   p.add_argument("--license", required=True)
   p.add_argument("--readme", required=True)
   p.add_argument("--auditwheel_site", required=True, help="directory holding auditwheel")
+  p.add_argument("--requires_python", help="a py3-none wheel (no extension module) for this "
+                 "CPython and newer")
   p.add_argument("--file", action="append", default=[], help="DEST=SRC")
   args = p.parse_args()
 
   version = read_version(args.version_file)
-  with open(args.python_info) as f:
-    info = json.load(f)
-  py_tag = info["python_tag"]
-  major, minor = info["python_version"].split(".")[:2]
+  if args.requires_python:
+    py_tag, abi_tag = "py3", "none"
+    major, minor = args.requires_python.split(".")[:2]
+    requires = f">={major}.{minor}"
+  else:
+    with open(args.python_info) as f:
+      info = json.load(f)
+    py_tag = abi_tag = info["python_tag"]
+    major, minor = info["python_version"].split(".")[:2]
+    requires = f">={major}.{minor},<{major}.{int(minor) + 1}"
 
   files = {}
   for spec in args.file:
@@ -97,24 +134,39 @@ def main():
   extensions = {d: b for d, b in files.items() if d.endswith(".so")}
   if not extensions:
     raise ValueError("no extension modules in the wheel")
-  machines = {elf_machine(data) for data in extensions.values()}
-  if len(machines) != 1:
-    raise ValueError(f"extension modules for several machines: {machines}")
   files_base = dict(files)
 
   def write(platform: str, out_dir: str, compression=zipfile.ZIP_DEFLATED) -> str:
-    return write_wheel(dict(files_base), version, f"{py_tag}-{py_tag}-{platform}", major, minor,
+    return write_wheel(dict(files_base), version, f"{py_tag}-{abi_tag}-{platform}", requires,
                        args, out_dir, compression)
 
-  # The probe auditwheel reads is stored uncompressed: only the final wheel pays for deflating.
-  with tempfile.TemporaryDirectory() as tmp:
-    probe = write(f"linux_{machines.pop()}", tmp, zipfile.ZIP_STORED)
-    plat = auditwheel_tag(probe, args.auditwheel_site)
+  macho = {d for d, data in extensions.items() if data[:4] == _MACHO_MAGIC}
+  if macho:
+    if len(macho) != len(extensions):
+      raise ValueError(f"Mach-O and other shared objects in one wheel: {sorted(extensions)}")
+    with tempfile.TemporaryDirectory() as tmp:
+      tags = set()
+      for dest in sorted(macho):
+        path = os.path.join(tmp, os.path.basename(dest))
+        with open(path, "wb") as f:
+          f.write(extensions[dest])
+        tags.add(macos_tag(path, args.auditwheel_site))
+    if len(tags) != 1:
+      raise ValueError(f"Mach-O libraries for several platforms: {sorted(tags)}")
+    plat = tags.pop()
+  else:
+    machines = {elf_machine(data) for data in extensions.values()}
+    if len(machines) != 1:
+      raise ValueError(f"extension modules for several machines: {machines}")
+    # The probe auditwheel reads is stored uncompressed: only the final wheel pays for deflating.
+    with tempfile.TemporaryDirectory() as tmp:
+      probe = write(f"linux_{machines.pop()}", tmp, zipfile.ZIP_STORED)
+      plat = auditwheel_tag(probe, args.auditwheel_site)
   os.makedirs(args.out_dir, exist_ok=True)
   print(os.path.basename(write(plat, args.out_dir)))
 
 
-def write_wheel(files, version, tag, major, minor, args, out_dir,
+def write_wheel(files, version, tag, requires_python, args, out_dir,
                 compression=zipfile.ZIP_DEFLATED) -> str:
   """Writes jaxext-<version>-<tag>.whl into out_dir (metadata, RECORD); returns its path."""
   dist_info = f"jaxext-{version}.dist-info"
@@ -129,7 +181,7 @@ def write_wheel(files, version, tag, major, minor, args, out_dir,
       "Summary: Custom JAX operations in C++ and CUDA, exposed through XLA's FFI",
       "License-Expression: MIT",
       "License-File: LICENSE",
-      f"Requires-Python: >={major}.{minor},<{major}.{int(minor) + 1}",
+      f"Requires-Python: {requires_python}",
       # Built against the FFI headers of jaxlib==jaxlib_floor; XLA accepts handlers built against
       # an FFI API no newer than its own, so any jaxlib from the floor on loads them.
       f"Requires-Dist: jax>={args.jaxlib_floor}",

@@ -322,7 +322,7 @@ ffi::Future ConvFactoredBwdRun(ffi::ThreadPool& pool, const Graph& g, const T* x
                                const T* h, int64_t k, const T* kernel, const T* ct, T* dx, T* dy,
                                T* dh, T* dk, const TpAttrs& attrs) {
   const std::array<int64_t, 4> d{attrs.dims[0], attrs.dims[1], attrs.dims[2], attrs.dims[3]};
-  const int64_t e = g.e, r = g.r, s = g.s;
+  const int64_t r = g.r, s = g.s;
   const int32_t *rcv = g.rcv, *order_s = g.order_s, *range_s = g.range_s;
   // The attributes (owned: the chunks run after this function returned) in the three modes that
   // make the cotangents, and each mode's table.

@@ -1,4 +1,5 @@
-"""The C/C++ toolchain configuration of @jaxext_zig: zig's clang for one target (arch + glibc).
+"""The C/C++ toolchain configuration of @jaxext_zig: zig's clang for one target (arch + glibc, or
+macOS on arm64).
 
 Tools are the wrapper scripts @jaxext_zig generates (`zig cc|c++|ar -target <triple>.<glibc>`).
 Bazel's legacy features supply the usual action flags (includes, defines, copts, PIC, linker
@@ -40,6 +41,17 @@ def _flags(actions, flags, modes = None):
     )
 
 def _impl(ctx):
+    macos = ctx.attr.os == "macos"
+    if macos:
+        # Mach-O: ld64's spellings. An API newer than the target's macOS, called unguarded, is an
+        # error (it would fail to bind at load time on the oldest macOS the wheel's tag admits).
+        os_compile = ["-Werror=unguarded-availability", "-Werror=unguarded-availability-new"]
+        os_link = ["-Wl,-headerpad_max_install_names"]  # room for install_name_tool's edits
+        os_link_opt = ["-Wl,-dead_strip", "-Wl,-S"]
+    else:
+        os_compile = []
+        os_link = ["-Wl,-z,relro,-z,now", "-lm"]
+        os_link_opt = ["-Wl,--gc-sections", "-Wl,--strip-debug"]
     features = [
         feature(name = "supports_pic", enabled = True),
         feature(name = "supports_dynamic_linker", enabled = True),
@@ -58,7 +70,7 @@ def _impl(ctx):
                     "-D__TIMESTAMP__=\"redacted\"",
                     "-D__TIME__=\"redacted\"",
                     "-fno-omit-frame-pointer",
-                ] + ctx.attr.compile_flags),
+                ] + os_compile + ctx.attr.compile_flags),
                 _flags(_COMPILE, ["-g0", "-O2", "-DNDEBUG", "-ffunction-sections", "-fdata-sections"], ["opt"]),
                 _flags(_COMPILE, ["-g"], ["dbg"]),
             ],
@@ -67,11 +79,11 @@ def _impl(ctx):
             name = "default_link_flags",
             enabled = True,
             flag_sets = [
-                _flags(_LINK, ["-Wl,-z,relro,-z,now", "-lm"]),
+                _flags(_LINK, os_link),
                 # No debug information in optimised builds: zig compiles its libc++ and libunwind
                 # with it, which would carry the absolute paths of their sources (of this
                 # machine's output base) into every shared object.
-                _flags(_LINK, ["-Wl,--gc-sections", "-Wl,--strip-debug"], ["opt"]),
+                _flags(_LINK, os_link_opt, ["opt"]),
             ],
         ),
     ]
@@ -83,7 +95,8 @@ def _impl(ctx):
         host_system_name = "local",
         target_system_name = ctx.attr.target,
         target_cpu = ctx.attr.cpu,
-        target_libc = "glibc",
+        # (not "macosx": Bazel would then drive the archiver with libtool's flags; zig's ar is llvm-ar)
+        target_libc = "libsystem" if macos else "glibc",
         compiler = "clang",
         abi_version = "local",
         abi_libc_version = "local",
@@ -105,7 +118,8 @@ zig_cc_toolchain_config = rule(
     implementation = _impl,
     attrs = {
         "target": attr.string(mandatory = True, doc = "zig's target, e.g. x86_64-linux-gnu.2.17"),
-        "cpu": attr.string(mandatory = True, doc = "Bazel's name of the CPU: k8 or aarch64"),
+        "cpu": attr.string(mandatory = True, doc = "Bazel's name of the CPU: k8, aarch64, darwin_arm64"),
+        "os": attr.string(default = "linux", values = ["linux", "macos"]),
         "tools": attr.string_dict(mandatory = True, doc = "c++, ar, objcopy -> wrapper path"),
         "compile_flags": attr.string_list(),
         "builtin_include_directories": attr.string_list(),

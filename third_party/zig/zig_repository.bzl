@@ -8,6 +8,8 @@ cross-compiles for 64-bit Arm on an x86_64 machine.
 
 * `:x86_64`, `:aarch64`   toolchains (`--extra_toolchains=@jaxext_zig//:x86_64`, see .bazelrc's
                           `--config=manylinux`); glibc ZIG["glibc"].
+* `:macos_arm64`          macOS on Apple silicon, ZIG["macos"] and newer (libSystem's stubs and
+                          headers are zig's, from Apple's SDK; //:wheel_macos_arm64).
 * `bin/<target>/{cc,ar,objcopy}`   the wrappers the toolchains call.
 
 zig's own compilation cache (libc++ per target, built on first use) lives beside Bazel's output
@@ -17,9 +19,10 @@ bases (`<output_user_root>/zig-cache-<version>`), shared by every workspace and 
 load("//third_party:pins.bzl", "ZIG")
 
 _TARGETS = {
-    # name: (zig's architecture, Bazel's cpu, @platforms cpu)
-    "x86_64": ("x86_64", "k8", "x86_64"),
-    "aarch64": ("aarch64", "aarch64", "aarch64"),
+    # name: (zig's target without its OS version, Bazel's cpu, @platforms os and cpu)
+    "x86_64": ("x86_64-linux-gnu", "k8", "linux", "x86_64"),
+    "aarch64": ("aarch64-linux-gnu", "aarch64", "linux", "aarch64"),
+    "macos_arm64": ("aarch64-macos", "darwin_arm64", "macos", "aarch64"),
 }
 
 _WRAPPER = """\
@@ -64,6 +67,7 @@ zig_cc_toolchain_config(
     name = "{name}_config",
     builtin_include_directories = ["{lib}"],
     cpu = "{cpu}",
+    os = "{platform_os}",
     target = "{triple}",
     tools = {{
         "c++": "bin/{triple}/cc",
@@ -93,7 +97,7 @@ toolchain(
         "@platforms//cpu:x86_64",
     ],
     target_compatible_with = [
-        "@platforms//os:linux",
+        "@platforms//os:{platform_os}",
         "@platforms//cpu:{platform_cpu}",
     ],
     toolchain = ":{name}_cc_toolchain",
@@ -120,8 +124,8 @@ def _zig_repository_impl(rctx):
     cache = "%s/zig-cache-%s" % (output_user_root, ZIG["version"])
     lib = str(rctx.path("zig/lib"))
     build = _BUILD_HEAD.format(config = str(Label("//third_party/zig:cc_toolchain_config.bzl")))
-    for name, (arch, cpu, platform_cpu) in _TARGETS.items():
-        triple = "%s-linux-gnu.%s" % (arch, ZIG["glibc"])
+    for name, (target, cpu, platform_os, platform_cpu) in _TARGETS.items():
+        triple = "%s.%s" % (target, ZIG["macos" if platform_os == "macos" else "glibc"])
         for tool, body in (
             ("cc", _CC_BODY.format(zig = zig, triple = triple)),
             ("ar", 'exec "%s" ar "$@"\n' % zig),
@@ -137,6 +141,7 @@ def _zig_repository_impl(rctx):
             name = name,
             triple = triple,
             cpu = cpu,
+            platform_os = platform_os,
             platform_cpu = platform_cpu,
             lib = lib,
         )
