@@ -4,8 +4,8 @@ Each platform's extension module exposes `registrations()`, a dict of target nam
 capsule. Importing this module registers every target of every platform whose extension is present
 (CPU always; CUDA when the CUDA extension was built and its runtime loads).
 
-A wheel built with the CPU handlers as a plain library (the macOS wheel: jaxext/cpu/BUILD.bazel's
-`plain_library`) holds `jaxext/cpu/jaxext_cpu_handlers.so` and no `_cpu_ops`; its handlers are
+A wheel built with the CPU handlers as a plain library (the macOS wheel; `jaxext_wheel`'s
+plain_library) holds `jaxext/cpu/jaxext_cpu_handlers.so` and no `_cpu_ops`; its handlers are
 registered through ctypes, as below.
 
 Alternatively, `JAXEXT_HANDLER_LIBRARIES="cpu=/path/libjaxext_cpu_handlers.so,CUDA=/path/..."`

@@ -61,9 +61,9 @@ def _shared_object(name, exported, linkopts = [], target_compatible_with = None,
     """`<name>.so` (cc_binary, linkshared) exporting only the symbols matching `exported`.
 
     A generated linker version script makes every other symbol local (ELF). Mach-O (macOS) keeps
-    the symbols' own visibility: zig's linker has no exported-symbols list, and macOS's two-level
-    namespace binds each library's references to the library that provided them at link time, so
-    what else is exported cannot interpose on anyone.
+    the symbols' own visibility: zig's linker has no exported-symbols list. macOS's two-level
+    namespace binds ordinary references to the library that provided them at link time; weak
+    definitions are another matter (docs/releasing.md: the macOS wheel's weak bindings).
     """
     native.genrule(
         name = name + "_version_script",
@@ -220,8 +220,9 @@ def _jaxext_wheel_impl(ctx):
         # The CPU extension module's place taken by the plain library (built in the same
         # configuration as the rest: no second compilation of the handlers).
         files = [f for f in files if f.basename != "_cpu_ops.so"] + ctx.files.plain_library
+    if ctx.attr.plain_library or ctx.attr.toolchain in _PLAIN_ONLY:
         if [f for f in files if f.basename.startswith("_") and f.basename.endswith(".so")]:
-            fail("plain_library: a CPython extension module (--config=cuda's) cannot go into a py3-none wheel")
+            fail("a CPython extension module (--config=cuda's) cannot go into a py3-none wheel")
     files = sorted({f.short_path: f for f in files}.values(), key = lambda f: f.short_path)
     args = ctx.actions.args()
     args.add(ctx.file._tool)

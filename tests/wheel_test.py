@@ -36,7 +36,7 @@ def _wheel_path():
   return os.path.abspath(os.path.join(wheel_dir, wheels[0]))
 
 
-# A wheel with the CPU handlers as a plain library (//jaxext/cpu:plain_library): py3-none, no
+# A wheel with the CPU handlers as a plain library (jaxext_wheel(plain_library = True)): py3-none, no
 # extension module (//tests:wheel_plain_test, Linux; the macOS wheel's form).
 PLAIN = os.environ.get("JAXEXT_WHEEL_PLAIN") == "1"
 _PLAIN_LIBRARY = "jaxext/cpu/jaxext_cpu_handlers.so"
@@ -91,7 +91,7 @@ def test_metadata_and_record():
     for field in ["Name: jaxext", "Requires-Python: >=3.", "Requires-Dist: jax>=",
                   "Requires-Dist: jaxlib>=", "License-Expression: MIT", "Provides-Extra: numba",
                   'Requires-Dist: numba>=0.68.1; extra == "numba"', "Provides-Extra: numba-cuda",
-                  'Requires-Dist: numba-cuda[cu13]>=0.30.4; extra == "numba-cuda"',
+                  'Requires-Dist: numba-cuda[cu13]>=0.30.4; extra == "numba-cuda" and sys_platform == "linux"',
                   "Provides-Extra: examples", 'Requires-Dist: matplotlib>=3.8; extra == "examples"',
                   "Provides-Extra: flax", 'Requires-Dist: flax>=0.12.8; extra == "flax"',
                   'Requires-Dist: e3nn-jax>=0.21.0; extra == "flax"']:

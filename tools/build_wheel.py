@@ -44,7 +44,7 @@ def elf_machine(data: bytes) -> str:
 def macos_tag(path: str, site: str) -> str:
   """The platform tag of a macOS wheel holding the Mach-O library at `path`:
   `macosx_<major>_<minor>_<arch>` of the minimum macOS its LC_BUILD_VERSION names (from macOS 11 on,
-  pip matches the major version only, so the minor is 0)."""
+  pip matches the major version only, so the minor must be 0)."""
   sys.path.insert(0, site)
   try:
     from macholib.MachO import MachO  # pinned beside auditwheel (@jaxext_auditwheel)
@@ -62,7 +62,10 @@ def macos_tag(path: str, site: str) -> str:
   if len(versions) != 1:
     raise SystemExit(f"{os.path.basename(path)}: no single LC_BUILD_VERSION (minimum macOS)")
   major, minor = versions[0] >> 16, (versions[0] >> 8) & 0xFF
-  return f"macosx_{major}_{minor if major < 11 else 0}_{arch}"
+  if major >= 11 and minor:  # pip offers only macosx_<major>_0 from 11 on: the tag would promise more
+    raise SystemExit(f"{os.path.basename(path)}: minimum macOS {major}.{minor}; from macOS 11 on, "
+                     "build for <major>.0")
+  return f"macosx_{major}_{minor}_{arch}"
 
 
 def auditwheel_tag(wheel: str, site: str) -> str:
@@ -193,7 +196,7 @@ def write_wheel(files, version, tag, requires_python, args, out_dir,
       # jaxext.numba_cuda_kernel: numba-cuda with NVIDIA's CUDA 13 libraries (libnvvm, libnvrtc).
       "Provides-Extra: numba-cuda",
       'Requires-Dist: numba>=0.68.1; extra == "numba-cuda"',
-      'Requires-Dist: numba-cuda[cu13]>=0.30.4; extra == "numba-cuda"',
+      'Requires-Dist: numba-cuda[cu13]>=0.30.4; extra == "numba-cuda" and sys_platform == "linux"',
       # The examples (examples/ of the source tree): their figures, and gray_scott's Numba kernel.
       "Provides-Extra: examples",
       'Requires-Dist: matplotlib>=3.8; extra == "examples"',
