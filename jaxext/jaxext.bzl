@@ -63,7 +63,8 @@ def _shared_object(name, exported, linkopts = [], target_compatible_with = None,
     A generated linker version script makes every other symbol local (ELF). Mach-O (macOS) keeps
     the symbols' own visibility: zig's linker has no exported-symbols list. macOS's two-level
     namespace binds ordinary references to the library that provided them at link time; weak
-    definitions are another matter (docs/releasing.md: the macOS wheel's weak bindings).
+    definitions bind by name across images, so the macOS C++ runtime is a libc++ of jaxext's own
+    ABI namespace (@jaxext_zig//:macos_libcxx, linked into every shared object there).
     """
     native.genrule(
         name = name + "_version_script",
@@ -72,10 +73,16 @@ def _shared_object(name, exported, linkopts = [], target_compatible_with = None,
         visibility = ["//visibility:private"],
         target_compatible_with = target_compatible_with,
     )
+    # macOS: the C++ runtime is jaxext's own libc++ (@jaxext_zig//:macos_libcxx), linked in.
+    deps = kwargs.pop("deps", []) + select({
+        Label("//jaxext:macos"): [Label("@jaxext_zig//:macos_libcxx")],
+        "//conditions:default": [],
+    })
     cc_binary(
         name = name + ".so",
         linkshared = True,
         linkstatic = True,
+        deps = deps,
         additional_linker_inputs = [":" + name + ".lds"],
         linkopts = linkopts + select({
             # Its install name: the file's, not its path in the build (dlopen goes by path).

@@ -1,5 +1,5 @@
 """The C/C++ toolchain configuration of @jaxext_zig: zig's clang for one target (arch + glibc, or
-macOS on arm64).
+macOS on arm64, whose C++ compilations get jaxext's own libc++ through `compile_flags`).
 
 Tools are the wrapper scripts @jaxext_zig generates (`zig cc|c++|ar -target <triple>.<glibc>`).
 Bazel's legacy features supply the usual action flags (includes, defines, copts, PIC, linker

@@ -9,7 +9,15 @@ cross-compiles for 64-bit Arm on an x86_64 machine.
 * `:x86_64`, `:aarch64`   toolchains (`--extra_toolchains=@jaxext_zig//:x86_64`, see .bazelrc's
                           `--config=manylinux`); glibc ZIG["glibc"].
 * `:macos_arm64`          macOS on Apple silicon, ZIG["macos"] and newer (libSystem's stubs and
-                          headers are zig's, from Apple's SDK; //:wheel_macos_arm64).
+                          headers are zig's, from Apple's SDK; //:wheel_macos_arm64), with a
+                          libc++ of jaxext's own ABI namespace (`:macos_libcxx`, below).
+* `:macos_libcxx`         libc++ and libc++abi built from the sources zig ships, as zig builds them
+                          (its src/libs/libcxx.zig) but in the ABI namespace `std::__jaxext`, not
+                          `std::__1`: macOS's own libc++ (which jaxlib loads) exports `std::__1`'s
+                          names, and dyld binds weak definitions across images by name, so zig's
+                          own libc++ (fixed at `__1`) would mix with it. Every C++ object the macOS
+                          toolchain compiles uses these headers and defines (`_MACOS_CXX_FLAGS`),
+                          and every shared object links this library (jaxext.bzl).
 * `bin/<target>/{cc,ar,objcopy}`   the wrappers the toolchains call.
 
 zig's own compilation cache (libc++ per target, built on first use) lives beside Bazel's output
@@ -38,7 +46,8 @@ export ZIG_GLOBAL_CACHE_DIR="$cache" ZIG_LOCAL_CACHE_DIR="$cache"
 {body}
 """
 
-# C sources compile as C (`zig cc`); everything else, links included, as C++ (`zig c++`).
+# C sources compile as C (`zig cc`); everything else, links included, as C++ (`zig c++`). On
+# macOS always `zig cc`: zig's C++ mode would add its own libc++ (ABI namespace `__1`).
 _CC_BODY = """\
 mode=c++
 for a in "$@"; do
@@ -47,6 +56,108 @@ for a in "$@"; do
   esac
 done
 exec "{zig}" "$mode" -target {triple} "$@"
+"""
+
+_CC_BODY_MACOS = """\
+exec "{zig}" cc -target {triple} "$@"
+"""
+
+# libc++'s configuration as zig passes it (`zig c++ -###`), in jaxext's own ABI namespace.
+_LIBCXX_DEFINES = [
+    "_LIBCPP_ABI_VERSION=1",
+    "_LIBCPP_ABI_NAMESPACE=__jaxext",
+    "_LIBCPP_HAS_THREADS=1",
+    "_LIBCPP_HAS_MONOTONIC_CLOCK",
+    "_LIBCPP_HAS_TERMINAL",
+    "_LIBCPP_HAS_MUSL_LIBC=0",
+    "_LIBCXXABI_DISABLE_VISIBILITY_ANNOTATIONS",
+    "_LIBCPP_DISABLE_VISIBILITY_ANNOTATIONS",
+    "_LIBCPP_HAS_VENDOR_AVAILABILITY_ANNOTATIONS=0",
+    "_LIBCPP_HAS_FILESYSTEM=1",
+    "_LIBCPP_HAS_RANDOM_DEVICE",
+    "_LIBCPP_HAS_LOCALIZATION",
+    "_LIBCPP_HAS_UNICODE",
+    "_LIBCPP_HAS_WIDE_CHARACTERS",
+    "_LIBCPP_HAS_NO_STD_MODULES",
+    "_LIBCPP_PSTL_BACKEND_SERIAL",
+    "_LIBCPP_HARDENING_MODE=_LIBCPP_HARDENING_MODE_NONE",
+    "_LIBCPP_ENABLE_CXX17_REMOVED_UNEXPECTED_FUNCTIONS",
+]
+
+# The sources zig compiles into its libc++ and libc++abi for macOS (src/libs/libcxx.zig: every
+# base and thread file but the Windows, z/OS and libdispatch ones).
+_LIBCXX_SOURCES = [
+    "algorithm", "any", "bind", "call_once", "charconv", "chrono", "error_category", "exception",
+    "expected", "filesystem/directory_entry", "filesystem/directory_iterator",
+    "filesystem/filesystem_clock", "filesystem/filesystem_error", "filesystem/operations",
+    "filesystem/path", "fstream", "functional", "hash", "ios", "ios.instantiations", "iostream",
+    "locale", "memory", "memory_resource", "new", "new_handler", "new_helpers", "optional",
+    "ostream", "print", "random", "random_shuffle", "regex", "ryu/d2fixed", "ryu/d2s", "ryu/f2s",
+    "stdexcept", "string", "strstream", "system_error", "typeinfo", "valarray", "variant",
+    "vector", "verbose_abort", "atomic", "barrier", "condition_variable",
+    "condition_variable_destructor", "future", "mutex", "mutex_destructor", "shared_mutex",
+    "thread",
+]
+_LIBCXXABI_SOURCES = [
+    "cxa_aux_runtime", "cxa_default_handlers", "cxa_demangle", "cxa_exception_storage",
+    "cxa_guard", "cxa_handlers", "cxa_vector", "cxa_virtual", "stdlib_exception",
+    "stdlib_stdexcept", "stdlib_typeinfo", "stdlib_new_delete", "abort_message",
+    "fallback_malloc", "private_typeinfo", "cxa_exception", "cxa_personality", "cxa_noexception",
+    "cxa_thread_atexit",
+]
+
+def _macos_cxx_flags(lib):
+    """What every C++ compilation for macOS adds: jaxext's libc++ headers, before the C library's,
+    and its configuration."""
+    return ["-nostdinc++", "-I%s/libcxx/include" % lib, "-I%s/libcxxabi/include" % lib] + [
+        "-D" + d
+        for d in _LIBCXX_DEFINES
+    ]
+
+_BUILD_LIBCXX = """
+# libc++ and libc++abi of jaxext's own ABI namespace, for macOS (see zig_repository.bzl).
+_COMMON = ["-DNDEBUG", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-std=c++23",
+           "-Wno-user-defined-literals", "-Wno-covered-switch-default", "-Wno-suggest-override",
+           "-w"]
+
+cc_library(
+    name = "macos_libcxx_cxx",
+    srcs = {cxx_srcs},
+    # What the sources include by relative path (private headers, sources included by others).
+    textual_hdrs = glob(["zig/lib/libcxx/src/**"], exclude = {cxx_srcs}),
+    copts = _COMMON + [
+        "-I{lib}/libcxx/src",
+        "-I{lib}/libcxx/libc",
+        "-DLIBC_NAMESPACE=__llvm_libc_common_utils",
+        "-D_LIBCPP_BUILDING_LIBRARY",
+        "-DLIBCXX_BUILDING_LIBCXXABI",
+        "-D_LIBCPP_HAS_NO_PRAGMA_SYSTEM_HEADER",
+        "-faligned-allocation",
+    ],
+    linkstatic = True,
+    target_compatible_with = ["@platforms//os:macos"],
+)
+
+cc_library(
+    name = "macos_libcxx_abi",
+    srcs = {abi_srcs},
+    textual_hdrs = glob(["zig/lib/libcxxabi/src/**"], exclude = {abi_srcs}),
+    copts = _COMMON + [
+        "-I{lib}/libcxx/src",
+        "-D_LIBCPP_BUILDING_LIBRARY",
+        "-D_LIBCXXABI_BUILDING_LIBRARY",
+        "-fstrict-aliasing",
+    ],
+    linkstatic = True,
+    target_compatible_with = ["@platforms//os:macos"],
+)
+
+cc_library(
+    name = "macos_libcxx",
+    linkstatic = True,
+    target_compatible_with = ["@platforms//os:macos"],
+    deps = [":macos_libcxx_abi", ":macos_libcxx_cxx"],
+)
 """
 
 _BUILD_HEAD = """\
@@ -66,6 +177,7 @@ filegroup(
 zig_cc_toolchain_config(
     name = "{name}_config",
     builtin_include_directories = ["{lib}"],
+    compile_flags = {compile_flags},
     cpu = "{cpu}",
     os = "{platform_os}",
     target = "{triple}",
@@ -127,7 +239,7 @@ def _zig_repository_impl(rctx):
     for name, (target, cpu, platform_os, platform_cpu) in _TARGETS.items():
         triple = "%s.%s" % (target, ZIG["macos" if platform_os == "macos" else "glibc"])
         for tool, body in (
-            ("cc", _CC_BODY.format(zig = zig, triple = triple)),
+            ("cc", (_CC_BODY_MACOS if platform_os == "macos" else _CC_BODY).format(zig = zig, triple = triple)),
             ("ar", 'exec "%s" ar "$@"\n' % zig),
             ("objcopy", 'exec "%s" objcopy "$@"\n' % zig),
         ):
@@ -144,7 +256,13 @@ def _zig_repository_impl(rctx):
             platform_os = platform_os,
             platform_cpu = platform_cpu,
             lib = lib,
+            compile_flags = repr(_macos_cxx_flags(lib) if platform_os == "macos" else []),
         )
+    build += _BUILD_LIBCXX.format(
+        lib = lib,
+        cxx_srcs = repr(["zig/lib/libcxx/src/%s.cpp" % f for f in _LIBCXX_SOURCES]),
+        abi_srcs = repr(["zig/lib/libcxxabi/src/%s.cpp" % f for f in _LIBCXXABI_SOURCES]),
+    )
     rctx.file("BUILD.bazel", build)
     rctx.file("WORKSPACE", "")
 
