@@ -118,7 +118,7 @@ def test_library_needs_only_libsystem_and_is_signed(macho):
     assert cmd not in loads, mach_o.LC_NAMES.get(cmd, cmd)
   needed = [data.split(b"\0", 1)[0].decode()
             for lc, _, data in header.commands if lc.cmd == mach_o.LC_LOAD_DYLIB]
-  assert needed == [_LIBSYSTEM], needed  # libc++ is linked in (zig's), as on Linux
+  assert needed == [_LIBSYSTEM], needed  # libc++ is linked in (jaxext's own), as on Linux
   ids = [data.split(b"\0", 1)[0].decode()
          for lc, _, data in header.commands if lc.cmd == mach_o.LC_ID_DYLIB]
   assert ids == ["@rpath/jaxext_cpu_handlers.so"], ids  # not a path of the build machine
@@ -207,30 +207,34 @@ def test_weak_bindings_are_read(weak_bound):
 
 
 # Weak bindings dyld may resolve into another image, by design: the C++ allocation functions
-# (the process's one pair, macOS's libc++abi's, for allocation and release alike), and
-# std::bad_variant_access's destructor, which libc++ keeps outside its ABI namespace (its layout
-# is std::exception's). Every other weak binding must name something no other image defines:
-# jaxext's own code, the XLA FFI templates as jaxext instantiates them, and jaxext's own libc++
-# (ABI namespace std::__jaxext: @jaxext_zig//:macos_libcxx).
+# (the process's one pair, whichever image defines them first, for allocation and release alike),
+# and std::bad_variant_access's destructor, which libc++ keeps outside its ABI namespace (its
+# layout is std::exception's).
 _SHARED_BY_DESIGN = re.compile(r"^(__Z(nw|na|dl|da)|__ZNSt18bad_variant_accessD[12]Ev$)")
-_OWN = ("St8__jaxext", "N6jaxext", "N3xla3ffi")
+# Names no other image defines: jaxext's own code and jaxext's own libc++ (ABI namespace
+# std::__jaxext: @jaxext_zig//:macos_libcxx).
+_OWN = ("St8__jaxext", "N6jaxext")
+# Instantiations of the XLA FFI headers' templates (handler vtables): not unique to jaxext by
+# name. Another image exporting the very same instantiation would capture them; a known residual
+# risk (docs/releasing.md), kept visible here rather than counted as jaxext's own.
+_XLA_FFI = "N3xla3ffi"
 
 
 def test_no_weak_binding_resolves_into_macos_libcxx(macho, weak_bound):
   """dyld resolves a weak binding to the first loaded image exporting the name, whatever the
-  two-level namespace says, and zig's linker weak-binds even hidden weak definitions: with zig's
-  own libc++ (ABI namespace std::__1, as macOS's /usr/lib/libc++.1.dylib, which jaxlib loads
-  first) the library's stream vtables and locale facet ids would be macOS's. Its libc++ is
-  jaxext's own (std::__jaxext), and nothing of std::__1 is in it at all."""
-  header, symbols = macho
-  exported = {(n.decode() if isinstance(n, bytes) else n) for _, n in symbols.extdefsyms}
-  stray = sorted(n for n in weak_bound if n not in exported and not _SHARED_BY_DESIGN.match(n)
-                 and not any(own in n for own in _OWN))
+  two-level namespace says (exported weak definitions included), and zig's linker weak-binds even
+  hidden weak definitions: with zig's own libc++ (ABI namespace std::__1, as macOS's
+  /usr/lib/libc++.1.dylib, which jaxlib loads first) the library's stream vtables and locale facet
+  ids would be macOS's. Its libc++ is jaxext's own (std::__jaxext), and nothing of std::__1 is in
+  it at all."""
+  _, symbols = macho
+  stray = sorted(n for n in weak_bound if not _SHARED_BY_DESIGN.match(n)
+                 and not any(own in n for own in _OWN) and _XLA_FFI not in n)
   assert not stray, (len(stray), stray[:8])
-  names = {(n.decode() if isinstance(n, bytes) else n)
-           for _, n in symbols.nlists}
+  assert not [n for n in weak_bound if "St3__1" in n]
+  names = {(n.decode() if isinstance(n, bytes) else n) for _, n in symbols.nlists}
   assert not [n for n in names if "St3__1" in n], "std::__1 (zig's or macOS's libc++) inside"
-  assert [n for n in weak_bound if "St8__jaxext" in n]  # jaxext's libc++ is the one in use
+  assert [n for n in names if "St8__jaxext" in n]  # jaxext's libc++ is the one linked in
 
 
 def test_library_is_signed_ad_hoc_over_every_page(wheel, macho):

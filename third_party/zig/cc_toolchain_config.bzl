@@ -4,8 +4,10 @@ macOS on arm64, whose C++ compilations get jaxext's own libc++ through `compile_
 Tools are the wrapper scripts @jaxext_zig generates (`zig cc|c++|ar -target <triple>.<glibc>`).
 Bazel's legacy features supply the usual action flags (includes, defines, copts, PIC, linker
 param files, archiver flags); this adds what the local GCC toolchain's configuration adds for each
-compilation mode, and the reproducibility flags. zig links its libc++ statically and links glibc
-against stubs of the target version, so what is built needs nothing newer from the system.
+compilation mode, and the reproducibility flags. On Linux zig links its libc++ statically and
+links glibc against stubs of the target version, so what is built needs nothing newer from the
+system; on macOS the libc++ linked in is jaxext's own (@jaxext_zig//:macos_libcxx), and libSystem's
+stubs are zig's.
 """
 
 load("@bazel_tools//tools/build_defs/cc:action_names.bzl", "ACTION_NAMES")

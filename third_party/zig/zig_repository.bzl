@@ -16,11 +16,11 @@ cross-compiles for 64-bit Arm on an x86_64 machine.
                           `std::__1`: macOS's own libc++ (which jaxlib loads) exports `std::__1`'s
                           names, and dyld binds weak definitions across images by name, so zig's
                           own libc++ (fixed at `__1`) would mix with it. Every C++ object the macOS
-                          toolchain compiles uses these headers and defines (`_MACOS_CXX_FLAGS`),
+                          toolchain compiles uses these headers and defines (`_macos_cxx_flags`),
                           and every shared object links this library (jaxext.bzl).
 * `bin/<target>/{cc,ar,objcopy}`   the wrappers the toolchains call.
 
-zig's own compilation cache (libc++ per target, built on first use) lives beside Bazel's output
+zig's own compilation cache (its libc++ per Linux target, built on first use) lives beside Bazel's output
 bases (`<output_user_root>/zig-cache-<version>`), shared by every workspace and mode.
 """
 
@@ -116,9 +116,10 @@ def _macos_cxx_flags(lib):
 
 _BUILD_LIBCXX = """
 # libc++ and libc++abi of jaxext's own ABI namespace, for macOS (see zig_repository.bzl).
-_COMMON = ["-DNDEBUG", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-std=c++23",
-           "-Wno-user-defined-literals", "-Wno-covered-switch-default", "-Wno-suggest-override",
-           "-w"]
+# -O2 whatever the build's mode (zig builds its libc++ ReleaseFast; under fastbuild `zig cc` would
+# otherwise add -O0 and its sanitizers).
+_COMMON = ["-O2", "-DNDEBUG", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-std=c++23",
+           "-Wno-user-defined-literals", "-Wno-covered-switch-default", "-Wno-suggest-override"]
 
 cc_library(
     name = "macos_libcxx_cxx",
@@ -141,7 +142,8 @@ cc_library(
 cc_library(
     name = "macos_libcxx_abi",
     srcs = {abi_srcs},
-    textual_hdrs = glob(["zig/lib/libcxxabi/src/**"], exclude = {abi_srcs}),
+    textual_hdrs = glob(["zig/lib/libcxxabi/src/**", "zig/lib/libcxx/src/include/**"],
+                        exclude = {abi_srcs}),
     copts = _COMMON + [
         "-I{lib}/libcxx/src",
         "-D_LIBCPP_BUILDING_LIBRARY",
