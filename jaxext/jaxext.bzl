@@ -223,11 +223,12 @@ def _jaxext_wheel_impl(ctx):
             path = f.short_path
             if path.startswith(ctx.attr.package_dir + "/") and (path.endswith(".py") or path.endswith(".so") or path.endswith("/py.typed")):
                 files.append(f)
+    plain = ctx.attr.plain_library or ctx.attr.toolchain in _PLAIN_ONLY  # a py3-none wheel
     if ctx.attr.plain_library:
         # The CPU extension module's place taken by the plain library (built in the same
         # configuration as the rest: no second compilation of the handlers).
         files = [f for f in files if f.basename != "_cpu_ops.so"] + ctx.files.plain_library
-    if ctx.attr.plain_library or ctx.attr.toolchain in _PLAIN_ONLY:
+    if plain:
         if [f for f in files if f.basename.startswith("_") and f.basename.endswith(".so")]:
             fail("a CPython extension module (--config=cuda's) cannot go into a py3-none wheel")
     files = sorted({f.short_path: f for f in files}.values(), key = lambda f: f.short_path)
@@ -240,7 +241,7 @@ def _jaxext_wheel_impl(ctx):
     args.add("--license", ctx.file.license)
     args.add("--readme", ctx.file.readme)
     args.add("--auditwheel_site", ctx.file._auditwheel_site.dirname)
-    if ctx.attr.plain_library or ctx.attr.toolchain in _PLAIN_ONLY:
+    if plain:
         args.add("--requires_python", ctx.attr.requires_python)
     if ctx.attr.plain_library and ctx.attr.toolchain in _CROSS_PLATFORMS:
         fail("plain_library: Linux on the host's architecture only (macos_arm64 has it always)")
